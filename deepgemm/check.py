@@ -1,0 +1,127 @@
+"""Numerics: fresh random inputs, a float64 reference, error statistics and a per-element bound.
+
+A kernel passes when every element is finite and within
+
+    |out - ref| <= 2 * (u_out * |ref| + K * u_fp32 * (|a| @ |b|)) + floor
+
+where u_out is the unit roundoff of the output type (the final cast), K * u_fp32 * (|a| @ |b|) bounds the
+FP32 accumulation error of any summation order (the seeds' section 6.3: orders differ between kernels),
+and the factor 2 leaves room for the epilogue's arithmetic. The output is poisoned with NaN before every
+checked run, so an element the kernel never wrote fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import cupy
+import numpy as np
+
+from deepgemm.dtypes import FLOAT32
+from deepgemm.epilogue import apply_activation
+
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
+ABS_FLOOR = 1e-6  # below float16's smallest normal (6.1e-5) times its roundoff: room for subnormals
+NAN_BITS = {2: 0x7E00, 4: 0x7FC00000}  # a quiet NaN in float16 (bfloat16 reads 0x7E00 as NaN too)
+
+
+def random_matrix(rows: int, cols: int, dtype: np.dtype, rng: cupy.random.Generator) -> cupy.ndarray:
+    """Uniform in [-1, 1), rounded to `dtype`: never zeros, never a pattern a wrong index could match."""
+    return (rng.random((rows, cols), dtype=cupy.float32) * 2 - 1).astype(dtype)
+
+
+def random_problem(
+    m: int, n: int, k: int, dtype: np.dtype, seed: int | None = None, b_k_major: bool = True
+) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """a (M, K) and b (K, N); b is the transposed view of an (N, K) array when `b_k_major`."""
+    rng = cupy.random.default_rng(seed)
+    a = random_matrix(m, k, dtype, rng)
+    b = random_matrix(n, k, dtype, rng).T if b_k_major else random_matrix(k, n, dtype, rng)
+    return a, b
+
+
+def poison(out: cupy.ndarray) -> None:
+    """Fill with NaN so that an element the kernel does not write fails the check."""
+    if out.itemsize == 4:
+        out.fill(np.nan)
+    else:
+        out.view(cupy.uint16).fill(NAN_BITS[2])
+
+
+def reference(
+    a: cupy.ndarray,
+    b: cupy.ndarray,
+    alpha: float = 1.0,
+    bias: cupy.ndarray | None = None,
+    activation: str | None = None,
+) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """act(alpha * a @ b + bias) in float64, and |alpha| * |a| @ |b| (the scale of the rounding error)."""
+    a64, b64 = a.astype(FLOAT32).astype(cupy.float64), b.astype(FLOAT32).astype(cupy.float64)
+    ref = alpha * (a64 @ b64)
+    if bias is not None:
+        ref += bias.astype(FLOAT32).astype(cupy.float64)[None, :]
+    scale = abs(alpha) * (cupy.abs(a64) @ cupy.abs(b64))
+    return apply_activation(ref, activation), scale
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """How far `out` is from the reference, and whether it is within the bound."""
+
+    max_abs: float
+    max_rel: float
+    rel_fro: float
+    p50_abs: float
+    p99_abs: float
+    p999_abs: float
+    nonfinite: int
+    over_bound: int
+    passed: bool
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        verdict = "ok" if self.passed else f"FAIL ({self.nonfinite} non-finite, {self.over_bound} over bound)"
+        return f"max abs {self.max_abs:.3g}, rel fro {self.rel_fro:.3g}, p99.9 abs {self.p999_abs:.3g}: {verdict}"
+
+
+def error_stats(out: cupy.ndarray, ref: cupy.ndarray, scale: cupy.ndarray, k: int) -> ErrorStats:
+    """Compare `out` with the float64 reference; `scale` is |alpha| * |a| @ |b|."""
+    got = out.astype(FLOAT32).astype(cupy.float64)
+    finite = cupy.isfinite(got)
+    err = cupy.where(finite, cupy.abs(got - ref), cupy.inf)
+    u_out = UNIT_ROUNDOFF[np.dtype(out.dtype).name]
+    bound = 2 * (u_out * cupy.abs(ref) + k * UNIT_ROUNDOFF["float32"] * scale) + ABS_FLOOR
+    finite_err = cupy.where(finite, err, 0)
+    q50, q99, q999 = (float(q) for q in cupy.quantile(finite_err.ravel(), cupy.array([0.5, 0.99, 0.999])))
+    ref_norm = float(cupy.linalg.norm(ref))
+    nonfinite = int((~finite).sum())
+    over = int((err > bound).sum())
+    return ErrorStats(
+        max_abs=float(err.max()),
+        max_rel=float((err / cupy.maximum(cupy.abs(ref), ABS_FLOOR)).max()),
+        rel_fro=float(cupy.linalg.norm(finite_err)) / ref_norm if ref_norm else float("inf"),
+        p50_abs=q50,
+        p99_abs=q99,
+        p999_abs=q999,
+        nonfinite=nonfinite,
+        over_bound=over,
+        passed=nonfinite == 0 and over == 0,
+    )
+
+
+def verify(
+    run: Callable[[], cupy.ndarray],
+    out: cupy.ndarray,
+    a: cupy.ndarray,
+    b: cupy.ndarray,
+    **epilogue: object,
+) -> ErrorStats:
+    """Poison `out`, call `run` (which writes `out`), and compare with the reference of a @ b."""
+    poison(out)
+    run()
+    cupy.cuda.Device().synchronize()  # a launch error surfaces here, not later
+    ref, scale = reference(a, b, **epilogue)
+    return error_stats(out, ref, scale, k=a.shape[1])

@@ -1,0 +1,207 @@
+"""Command line: `python -m deepgemm bench | info | diff`, and `python -m stages.<stage>`."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Sequence
+
+from deepgemm import results
+from deepgemm.stages import STAGES, parse_stages, stage_name
+
+DEFAULT_SHAPE = 4096
+
+
+def gpu_available() -> bool:
+    import cupy
+
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return False
+
+
+def _shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    if args.shapes:
+        return [(s, s, s) for s in (int(x) for x in args.shapes.split(","))]
+    return [(args.m, args.n or args.m, args.k or args.m)]
+
+
+def _dtypes(spec: str) -> list[str]:
+    return ["fp16", "bf16"] if spec == "both" else [spec]
+
+
+def _add_problem_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--m", type=int, default=DEFAULT_SHAPE)
+    parser.add_argument("--n", type=int, default=None, help="default: M")
+    parser.add_argument("--k", type=int, default=None, help="default: M")
+    parser.add_argument("--shapes", default=None, help="square shapes instead of --m/--n/--k, e.g. 4096,8192")
+    parser.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds idle between timed rows")
+
+
+SUITES = {
+    "progression": "every stage and cuBLAS",
+    "raster": "v4 with and without the grouped tile order (GROUP_M 8 vs 1)",
+    "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
+}
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
+    from deepgemm import bench
+    from deepgemm.config import GemmConfig
+
+    rows: list[dict] = []
+    for m, n, k in _shapes(args):
+        for dtype in _dtypes(args.dtype):
+            _log(f"{suite} {m}x{n}x{k} {dtype}:")
+            if suite == "progression":
+                rows += bench.bench_shape(stages, m, n, k, dtype, settle_s=args.settle, log=_log)
+            elif suite == "raster":
+                configs = {"GROUP_M=8": GemmConfig(extra={"GROUP_M": 8}), "GROUP_M=1": GemmConfig(extra={"GROUP_M": 1})}
+                rows += bench.bench_configs(
+                    "v4_pipeline_swizzle", configs, m, n, k, dtype, settle_s=args.settle, log=_log
+                )
+            else:
+                rows += bench.bench_epilogue(m, n, k, dtype, settle_s=args.settle, log=_log)
+    return rows
+
+
+def show_recorded(name: str = "progression") -> int:
+    record = results.load(name)
+    print(results.recorded_banner(record["provenance"]))
+    print(results.format_table(record["rows"]))
+    print(f"(command: {record['provenance']['command']})")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if not gpu_available():
+        return show_recorded(args.suite)
+    rows = _run_bench(parse_stages(args.stages), args, args.suite)
+    print(results.format_table(rows))
+    if args.record:
+        path = results.save(args.suite, rows, results.provenance())
+        print(f"recorded {len(rows)} rows in {path}")
+    failed = [f"{r['stage']} {r['dtype']} {r['m']}x{r['n']}x{r['k']}" for r in rows if not r.get("passed")]
+    if failed:
+        print("FAILED verification: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    """The recorded progression as the Markdown table the README carries."""
+    record = results.load(args.name)
+    print(results.markdown_table(record["rows"]))
+    return 0
+
+
+def cmd_info(_: argparse.Namespace) -> int:
+    if not gpu_available():
+        print("no CUDA GPU visible: bench and notebooks show recorded results")
+        return 0
+    for key, value in results.provenance().items():
+        print(f"{key:>10}: {value}")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """The lesson of a stage: its kernel.cu against the previous stage's."""
+    from deepgemm.jit import kernel_path
+
+    new = stage_name(args.stage)
+    old = STAGES[STAGES.index(new) - 1] if args.against is None else stage_name(args.against)
+    old_text, new_text = (kernel_path(s).read_text().splitlines(keepends=True) for s in (old, new))
+    sys.stdout.writelines(difflib.unified_diff(old_text, new_text, f"{old}/kernel.cu", f"{new}/kernel.cu"))
+    return 0
+
+
+def cmd_run_once(args: argparse.Namespace) -> int:
+    """Two launches of one stage on random inputs: the target `profile` hands to ncu."""
+    import cupy
+
+    from deepgemm import stages
+    from deepgemm.check import random_problem
+    from deepgemm.dtypes import input_dtype
+
+    m, n, k = _shapes(args)[0]
+    a, b = random_problem(m, n, k, input_dtype(args.dtype), seed=0)
+    launch = stages.load(args.stage).plan(a, b)
+    launch()
+    launch()
+    cupy.cuda.Device().synchronize()
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from deepgemm.profile import profile_stage, top_stalls
+
+    if not gpu_available():
+        return show_recorded("profile")
+    rows = []
+    for stage in parse_stages(args.stages):
+        for m, n, k in _shapes(args):
+            for dtype in _dtypes(args.dtype):
+                row = profile_stage(stage, m, n, k, dtype)
+                rows.append(row)
+                stalls = ", ".join(f"{r} {v:.2f}" for r, v in top_stalls(row))
+                print(f"{stage} {dtype} {m}x{n}x{k}: tensor pipe {row['tensor_pipe_active_pct']}%, stalls: {stalls}")
+    if args.record:
+        print(f"recorded in {results.save('profile', rows, results.provenance())}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m deepgemm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="verify and time the stages beside cuBLAS")
+    bench.add_argument("--stages", default="all", help="comma-separated, e.g. v0,v1,v2 (default: all)")
+    bench.add_argument("--record", action="store_true", help="write results/h200/<suite>.json")
+    bench.add_argument("--suite", choices=tuple(SUITES), default="progression", help=str(SUITES))
+    _add_problem_args(bench)
+    bench.set_defaults(run=cmd_bench)
+    table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")
+    table.add_argument("--name", default="progression")
+    table.set_defaults(run=cmd_table)
+    sub.add_parser("info", help="the GPU and software this would measure on").set_defaults(run=cmd_info)
+    profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")
+    profile.add_argument("--stages", default="all")
+    profile.add_argument("--record", action="store_true", help="write results/h200/profile.json")
+    _add_problem_args(profile)
+    profile.set_defaults(run=cmd_profile)
+    once = sub.add_parser("run-once", help="two launches of one stage (the target ncu profiles)")
+    once.add_argument("--stage", required=True)
+    _add_problem_args(once)
+    once.set_defaults(run=cmd_run_once)
+    diff = sub.add_parser("diff", help="what a stage changes in the kernel")
+    diff.add_argument("stage")
+    diff.add_argument("--against", default=None, help="default: the previous stage")
+    diff.set_defaults(run=cmd_diff)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, TypeError, RuntimeError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_stage(stage: str, argv: Sequence[str] | None = None) -> None:
+    """`python -m stages.<stage>`: check one stage and time it beside cuBLAS."""
+    parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}")
+    _add_problem_args(parser)
+    args = parser.parse_args(argv)
+    if not gpu_available():
+        sys.exit(f"{stage} needs a CUDA GPU and none is visible here")
+    rows = _run_bench([stage], args)
+    print(results.format_table(rows))
+    sys.exit(0 if all(r["passed"] for r in rows) else 1)

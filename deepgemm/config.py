@@ -1,0 +1,82 @@
+"""GemmConfig: the compile-time knobs of a stage, their defaults and their checks.
+
+A stage declares its defaults as a GemmConfig; a caller's GemmConfig overrides the fields it sets. Every
+field becomes a `-D` define of the same name in upper case, which is how `kernel.cu` receives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Tile shape and pipeline depth; `None` means "the stage's default".
+
+    `extra` holds knobs only some stages have (v1's THREAD_M, v2's WARPS_M, v4's GROUP_M ...), by their
+    define name.
+    """
+
+    block_m: int | None = None
+    block_n: int | None = None
+    block_k: int | None = None
+    num_stages: int | None = None
+    extra: Mapping[str, int] = field(default_factory=dict)
+
+    def merged_over(self, defaults: GemmConfig) -> GemmConfig:
+        """This config's set fields over `defaults`; unknown extra knobs are an error."""
+        unknown = set(self.extra) - set(defaults.extra)
+        if unknown:
+            raise ValueError(
+                f"config knobs {sorted(unknown)} do not exist for this stage; it has {sorted(defaults.extra)}"
+            )
+        core = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        absent = [name for name, value in core.items() if value is not None and getattr(defaults, name) is None]
+        if absent:
+            raise ValueError(f"config fields {absent} are not knobs of this stage")
+        merged = replace(defaults, **{k: v for k, v in core.items() if v is not None})
+        return replace(merged, extra={**defaults.extra, **self.extra})
+
+    def defines(self) -> dict[str, int]:
+        """The `-D` defines this config compiles to."""
+        out = {f.name.upper(): getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out.update(self.extra)
+        return {name: value for name, value in out.items() if value is not None}
+
+    def value(self, name: str) -> int:
+        """A knob by its define name (`BLOCK_M`, `GROUP_M`)."""
+        defines = self.defines()
+        if name not in defines:
+            raise ValueError(f"this config has no knob {name}; it has {sorted(defines)}")
+        return defines[name]
+
+
+def require_multiple(cfg: GemmConfig, name: str, multiple: int, why: str) -> None:
+    """Raise ValueError unless knob `name` is a positive multiple of `multiple`."""
+    value = cfg.value(name)
+    if not isinstance(value, int) or value <= 0 or value % multiple:
+        raise ValueError(f"{name} = {value} must be a positive multiple of {multiple} ({why})")
+
+
+def require_in(cfg: GemmConfig, name: str, allowed: tuple[int, ...], why: str) -> None:
+    """Raise ValueError unless knob `name` is one of `allowed`."""
+    value = cfg.value(name)
+    if value not in allowed:
+        raise ValueError(f"{name} = {value} must be one of {allowed} ({why})")
+
+
+def require_at_most(what: str, value: int, limit: int, limit_name: str) -> None:
+    """Raise ValueError when a resource a config asks for exceeds the GPU's limit."""
+    if value > limit:
+        raise ValueError(f"{what} = {value} exceeds the GPU's {limit_name} of {limit}")
+
+
+ELEMENT_BYTES = 2  # FP16 and BF16 operands
+
+
+def tile_smem_bytes(cfg: GemmConfig) -> int:
+    """NUM_STAGES buffers of one BLOCK_M x BLOCK_K tile of A and one BLOCK_N x BLOCK_K tile of B."""
+    return (
+        cfg.value("NUM_STAGES") * (cfg.value("BLOCK_M") + cfg.value("BLOCK_N")) * cfg.value("BLOCK_K") * ELEMENT_BYTES
+    )

@@ -1,0 +1,115 @@
+"""Compile a stage's kernel.cu, specialised by `-D` defines: the JIT of the seeds.
+
+On a GPU, `get_kernel` compiles through CuPy's NVRTC backend. CuPy keeps compiled modules on disk keyed by
+source and options, so a shape seen before costs a disk read; the map here keeps them in memory on top.
+Without a GPU, `compile_report` runs the same NVRTC compile through the low-level bindings and returns
+the cubin with ptxas's resource report, for the tests and for reading SASS.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import cupy
+
+STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
+ENTRY_POINT = "gemm_kernel"
+BASE_OPTIONS = ("-std=c++17",)
+
+_kernels: dict[tuple, cupy.RawKernel] = {}
+
+
+def kernel_path(stage: str) -> Path:
+    path = STAGES_DIR / stage / "kernel.cu"
+    if not path.is_file():
+        raise ValueError(f"no kernel for stage {stage!r} at {path}")
+    return path
+
+
+def define_options(defines: Mapping[str, int]) -> tuple[str, ...]:
+    return tuple(f"-D{name}={int(value)}" for name, value in sorted(defines.items()))
+
+
+def device_arch() -> str:
+    """The NVRTC target for the current GPU: `sm_90a` on Hopper (wgmma, setmaxnreg), else `sm_XY`."""
+    cc = cupy.cuda.Device().compute_capability
+    return "sm_90a" if cc == "90" else f"sm_{cc}"
+
+
+def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
+    """The stage's `gemm_kernel` compiled for the current GPU with these defines (cached)."""
+    arch = device_arch()
+    key = (stage, arch, tuple(sorted(defines.items())))
+    if key not in _kernels:
+        source = kernel_path(stage).read_text()
+        options = (f"-arch={arch}", *BASE_OPTIONS, *define_options(defines))
+        module = cupy.RawModule(code=source, options=options, backend="nvrtc")
+        _kernels[key] = module.get_function(ENTRY_POINT)
+    return _kernels[key]
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What NVRTC and ptxas said about one compile."""
+
+    cubin: bytes
+    log: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    static_smem_bytes: int
+
+
+_PTXAS_PATTERNS = {
+    "registers": r"Used (\d+) registers",
+    "stack_bytes": r"(\d+) bytes stack frame",
+    "spill_stores": r"(\d+) bytes spill stores",
+    "spill_loads": r"(\d+) bytes spill loads",
+    "static_smem_bytes": r"(\d+) bytes smem",
+}
+
+
+def parse_ptxas(log: str) -> dict[str, int]:
+    """Registers, spills, stack and static shared memory from a `ptxas -v` report (0 where absent)."""
+    return {name: int(m.group(1)) if (m := re.search(pat, log)) else 0 for name, pat in _PTXAS_PATTERNS.items()}
+
+
+@cache
+def cuda_include_dir() -> str:
+    """Where cuda_fp16.h lives: the toolkit's include folder or the nvidia-cuda-runtime wheel's."""
+    from cuda.pathfinder import find_nvidia_header_directory
+
+    found = find_nvidia_header_directory("cudart")
+    if found is None:
+        raise RuntimeError("cuda_fp16.h not found: install the CUDA toolkit or nvidia-cuda-runtime")
+    return found
+
+
+def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
+    """Compile without a GPU through NVRTC; raises RuntimeError with the compiler log on failure."""
+    from cupy.cuda import nvrtc
+
+    source = kernel_path(stage).read_text()
+    options = [
+        f"-arch={arch}",
+        *BASE_OPTIONS,
+        f"-I{cuda_include_dir()}",
+        "--ptxas-options=-v",
+        *define_options(defines),
+    ]
+    program = nvrtc.createProgram(source, f"{stage}/kernel.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError:
+            raise RuntimeError(f"{stage} failed to compile:\n{nvrtc.getProgramLog(program)}") from None
+        log = nvrtc.getProgramLog(program)
+        cubin = nvrtc.getCUBIN(program) + b"\0"  # the binding drops the cubin's last byte
+    finally:
+        nvrtc.destroyProgram(program)
+    return CompileReport(cubin=cubin, log=log, **parse_ptxas(log))

@@ -1,0 +1,149 @@
+"""Operand checks and the layouts the kernels read.
+
+Everything a caller can get wrong is caught here, with an error that names the operand and the value:
+host arrays, wrong dtypes, mismatched shapes, a missing GPU. The tensor-core stages read both operands
+K-major with 16-byte aligned rows; `k_major` returns that view when the input already is one and a
+zero-padded copy when it is not (the only place the library copies an input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cupy
+import numpy as np
+
+from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, OUTPUT_DTYPES
+
+VECTOR_BYTES = 16  # cp.async, 16-byte loads and TMA all need 16-byte aligned rows
+
+
+def as_device_array(x: Any, name: str) -> cupy.ndarray:
+    """A CuPy view of a GPU array (CuPy, or anything with DLPack / __cuda_array_interface__), no copy."""
+    if isinstance(x, cupy.ndarray):
+        return x
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"{name} is a host numpy.ndarray; pass a CuPy array or a CUDA tensor")
+    if hasattr(x, "__dlpack_device__"):
+        device_type, _ = x.__dlpack_device__()
+        if device_type not in (2, 3):  # kDLCUDA, kDLCUDAHost is refused by from_dlpack below
+            raise TypeError(f"{name} lives on DLPack device type {device_type}, not on a CUDA GPU")
+        return cupy.from_dlpack(x)
+    if hasattr(x, "__cuda_array_interface__"):
+        return cupy.asarray(x)
+    raise TypeError(f"{name} is a {type(x).__name__}; pass a CuPy array or a CUDA tensor")
+
+
+def require_gpu(min_cc: tuple[int, int], stage: str) -> None:
+    """RuntimeError unless a CUDA GPU of at least compute capability `min_cc` is current."""
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError as err:
+        raise RuntimeError(f"{stage} needs a CUDA GPU and none is usable here ({err})") from None
+    if count == 0:
+        raise RuntimeError(f"{stage} needs a CUDA GPU and none is visible")
+    major, minor = compute_capability()
+    if (major, minor) < min_cc:
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+        raise RuntimeError(
+            f"{stage} needs compute capability {min_cc[0]}.{min_cc[1]} or newer; {name} is {major}.{minor}"
+        )
+
+
+def compute_capability() -> tuple[int, int]:
+    cc = cupy.cuda.Device().compute_capability
+    return int(cc[:-1]), int(cc[-1])
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A checked GEMM problem: a (M, K) @ b (K, N) -> out (M, N)."""
+
+    a: cupy.ndarray
+    b: cupy.ndarray
+    out: cupy.ndarray
+    m: int
+    n: int
+    k: int
+
+
+def check_problem(a: Any, b: Any, out: Any = None, out_dtype: Any = None) -> Problem:
+    """Validate a @ b (and `out`, allocated when None) and return them as CuPy arrays."""
+    a, b = as_device_array(a, "a"), as_device_array(b, "b")
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {x.shape}")
+        if x.dtype not in INPUT_DTYPES.values():
+            raise TypeError(f"{name} has dtype {x.dtype}; the kernels take float16 or bfloat16")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a is {a.dtype} but b is {b.dtype}; both must have the same dtype")
+    if a.device.id != b.device.id:
+        raise ValueError(f"a is on GPU {a.device.id} but b is on GPU {b.device.id}")
+    (m, k), (kb, n) = a.shape, b.shape
+    if kb != k:
+        raise ValueError(f"b has {kb} rows but a has K = {k} columns")
+    if min(m, n, k) < 1:
+        raise ValueError(f"empty problem: M = {m}, N = {n}, K = {k}; every dimension must be >= 1")
+    out_dtype = np.dtype(out_dtype) if out_dtype is not None else a.dtype
+    if out_dtype not in OUTPUT_DTYPES.values():
+        raise TypeError(f"out_dtype {out_dtype} is not supported: use float16, bfloat16 or float32")
+    out = _check_out(out, m, n, out_dtype) if out is not None else cupy.empty((m, n), dtype=out_dtype)
+    return Problem(a=a, b=b, out=out, m=m, n=n, k=k)
+
+
+def _check_out(out: Any, m: int, n: int, dtype: np.dtype) -> cupy.ndarray:
+    out = as_device_array(out, "out")
+    if out.shape != (m, n):
+        raise ValueError(f"out has shape {out.shape}; the product is {(m, n)}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype {out.dtype}; expected {dtype}")
+    if out.strides[1] != out.itemsize or out.strides[0] < n * out.itemsize:
+        raise ValueError(f"out must be row-major with unit column stride; it has strides {out.strides}")
+    return out
+
+
+def leading_dim(x: cupy.ndarray) -> int:
+    """Row stride in elements of a row-major 2-D array with unit column stride."""
+    return x.strides[0] // x.itemsize
+
+
+def padded_k(k: int) -> int:
+    """K rounded up to a whole number of 16-byte vectors of 16-bit elements."""
+    per_vector = VECTOR_BYTES // 2
+    return -(-k // per_vector) * per_vector
+
+
+def k_major(x: cupy.ndarray, k_padded: int) -> cupy.ndarray:
+    """`x` (rows, K) with unit stride along K, 16-byte aligned rows and K zero-padded to `k_padded`.
+
+    Returns `x` itself when it already is such a view; otherwise a copy (the harness's only one).
+    """
+    rows, k = x.shape
+    if (
+        k == k_padded
+        and x.strides[1] == x.itemsize
+        and x.strides[0] % VECTOR_BYTES == 0
+        and x.strides[0] >= k * x.itemsize
+        and x.data.ptr % VECTOR_BYTES == 0
+    ):
+        return x
+    packed = cupy.zeros((rows, k_padded), dtype=x.dtype)
+    packed[:, :k] = x
+    return packed
+
+
+def bias_vector(bias: Any, n: int) -> cupy.ndarray:
+    """The per-column bias as a contiguous float32 vector of N elements."""
+    bias = as_device_array(bias, "bias")
+    if bias.shape != (n,):
+        raise ValueError(f"bias has shape {bias.shape}; it must be a vector of N = {n} elements")
+    if bias.dtype.kind != "f" and bias.dtype not in INPUT_DTYPES.values():
+        raise TypeError(f"bias has dtype {bias.dtype}; it must be a floating-point vector")
+    return cupy.ascontiguousarray(bias, dtype=FLOAT32)
+
+
+def k_major_operands(problem: Problem) -> tuple[cupy.ndarray, cupy.ndarray, int]:
+    """A (M, K) and B as the K-major (N, K) matrix, rows 16-byte aligned, K padded: what v1-v5 read."""
+    k = padded_k(problem.k)
+    return k_major(problem.a, k), k_major(problem.b.T, k), k

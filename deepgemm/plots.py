@@ -1,0 +1,464 @@
+"""What the notebooks draw: recorded rows in, a matplotlib Figure or a small table out.
+
+matplotlib is imported inside the plotting functions, so `import deepgemm` stays light. The helpers above
+the plots (arithmetic intensity, operand traffic, row selection, the profile tables) are plain Python and
+are what the tests check; the plots only arrange their results.
+
+Rows are the dicts of results/h200/progression.json (bench rows) and results/h200/profile.json (profile
+rows, keyed as deepgemm.profile.METRICS); any value may be None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deepgemm import results
+from deepgemm.profile import STALL_REASONS, top_stalls
+from deepgemm.stages import STAGES, stage_name
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+Row = dict[str, Any]
+Shape = tuple[int, int, int]
+
+HBM_TBS = 4.8  # H200 HBM3e bandwidth of the datasheet, TB/s: the memory roof
+CUBLAS = "cublas"
+ORDER = (*STAGES, CUBLAS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+def arithmetic_intensity(
+    m: int, n: int, k: int, bytes_per_element: int = 2, out_bytes_per_element: int | None = None
+) -> float:
+    """FLOP per byte of DRAM traffic when A and B are read once and C is written once: the best any kernel can do.
+
+    `out_bytes_per_element` defaults to the input size (C in the input dtype).
+    """
+    out = bytes_per_element if out_bytes_per_element is None else out_bytes_per_element
+    return 2 * m * n * k / ((m * k + k * n) * bytes_per_element + m * n * out)
+
+
+def operand_traffic_bytes(
+    m: int, n: int, k: int, block_m: int = 1, block_n: int = 1, bytes_per_element: int = 2
+) -> int:
+    """Bytes of A and B fetched when every block_m x block_n tile of C reads its rows of A and columns of B once.
+
+    A is then read ceil(n / block_n) times and B ceil(m / block_m) times. A 1 x 1 "tile" is v0's thread: B is
+    re-read m times and A n times, 2 * m * n * k elements in all.
+    """
+    return (m * k * math.ceil(n / block_n) + k * n * math.ceil(m / block_m)) * bytes_per_element
+
+
+def roof_tflops(intensity: float, peak_tflops: float, bandwidth_tbs: float = HBM_TBS) -> float:
+    """The roofline: the most TFLOP/s a kernel of this arithmetic intensity (FLOP/byte) can reach."""
+    return min(peak_tflops, bandwidth_tbs * intensity)
+
+
+def ridge_intensity(peak_tflops: float, bandwidth_tbs: float = HBM_TBS) -> float:
+    """The arithmetic intensity (FLOP/byte) above which a kernel can be compute-bound."""
+    return peak_tflops / bandwidth_tbs
+
+
+def shape_of(row: Row) -> Shape:
+    return int(row["m"]), int(row["n"]), int(row["k"])
+
+
+def shapes(rows: Iterable[Row]) -> list[Shape]:
+    """The shapes in the rows, in the order they first appear (the order they were measured in)."""
+    return list(dict.fromkeys(shape_of(row) for row in rows))
+
+
+def _stage_key(stage: str) -> str:
+    return CUBLAS if stage == CUBLAS else stage_name(stage)
+
+
+def _order(row: Row) -> int:
+    """Sort key: the stages in order (variants of a stage with it), then cuBLAS, then anything else."""
+    base = _base_stage(row["stage"])
+    return STAGES.index(base) if base else ORDER.index(CUBLAS) if row["stage"] == CUBLAS else len(ORDER)
+
+
+def rows_for(
+    rows: Iterable[Row],
+    stage: str | Sequence[str] | None = None,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+) -> list[Row]:
+    """The rows of one or more stages ('v3', 'v3_wgmma_tma', 'cublas'), one dtype, one shape (an int: square).
+
+    Rows keep their recorded order.
+    """
+    wanted = None if stage is None else {_stage_key(s) for s in ([stage] if isinstance(stage, str) else stage)}
+    if isinstance(shape, int):
+        shape = (shape, shape, shape)
+    return [
+        row
+        for row in rows
+        if (wanted is None or row["stage"] in wanted)
+        and (dtype is None or row["dtype"] == dtype)
+        and (shape is None or shape_of(row) == tuple(shape))
+    ]
+
+
+def pick(rows: Iterable[Row], stage: str, dtype: str | None = None, shape: int | Shape | None = None) -> Row:
+    """The one row of a stage at a dtype and shape (the first, if several); LookupError names what is missing."""
+    found = rows_for(rows, stage, dtype, shape)
+    if not found:
+        raise LookupError(f"no recorded row for stage {stage!r}, dtype {dtype!r}, shape {shape!r}")
+    return found[0]
+
+
+def _headline(rows: Sequence[Row], dtype: str | None, shape: int | Shape | None) -> list[Row]:
+    """Rows of one dtype and one shape: the first recorded shape unless one is given."""
+    of_dtype = rows_for(rows, dtype=dtype)
+    if shape is None and of_dtype:
+        shape = shapes(of_dtype)[0]
+    return sorted(rows_for(of_dtype, shape=shape), key=_order)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _ratio(part: Any, whole: Any, scale: float = 100.0) -> float | None:
+    p, w = _number(part), _number(whole)
+    return scale * p / w if p is not None and w else None
+
+
+def stall_breakdown(
+    profile_rows: Iterable[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+    top: int = 4,
+) -> tuple[list[str], list[str], list[list[float]]]:
+    """(stages, reasons, values): warps stalled per issued instruction, by reason, one list per stage.
+
+    The reasons are the union of each stage's `top` largest (ordered by their total), then 'other' for the
+    rest when it is not zero; 'selected' (a warp issuing, not stalled) is left out. One row per stage: the
+    first that matches dtype and shape. Missing values count as 0.
+    """
+    chosen: list[Row] = []
+    for stage in stages or STAGES:
+        found = rows_for(profile_rows, stage, dtype, shape)
+        if found:
+            chosen.append(found[0])
+    stalled = [r for r in STALL_REASONS if r != "selected"]
+    values = [{r: _number(row.get(f"stall_{r}")) or 0.0 for r in stalled} for row in chosen]
+    named = {reason for row in chosen for reason, _ in top_stalls(row, top)}
+    reasons = sorted(named, key=lambda r: -sum(v[r] for v in values))
+    table = [[v[r] for r in reasons] + [sum(v[r] for r in stalled if r not in named)] for v in values]
+    if any(line[-1] > 0 for line in table):
+        reasons.append("other")
+    else:
+        table = [line[:-1] for line in table]
+    return [row["stage"] for row in chosen], reasons, table
+
+
+BANK_CONFLICT_COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("ld", "ld", 0),
+    ("ld_pct", "ld %", 1),
+    ("st", "st", 0),
+    ("st_pct", "st %", 1),
+    ("ldsm", "ldsm", 0),
+    ("ldgsts", "ldgsts", 0),
+    ("gmma", "gmma", 0),
+    ("gmma_pct", "gmma %", 1),
+)
+
+
+def bank_conflict_table(
+    profile_rows: Iterable[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+) -> list[Row]:
+    """Shared-memory bank conflicts per stage: counts per operation, and for ld, st and gmma the share of
+    the shared-memory wavefronts they cost (a conflict replays the access as one more wavefront).
+
+    Print it with `results.format_table(table, BANK_CONFLICT_COLUMNS)`: the columns are the conflict counts
+    per operation and, after ld, st and gmma, that count as a % of the operation's wavefronts.
+    """
+    table = []
+    for row in sorted(rows_for(profile_rows, stages, dtype, shape), key=_order):
+        entry: Row = {key: row[key] for key in ("stage", "dtype", "m", "n", "k")}
+        for op in ("ld", "st", "ldsm", "ldgsts", "gmma"):
+            entry[op] = _number(row.get(f"bank_conflicts_{op}"))
+        for op in ("ld", "st", "gmma"):
+            entry[f"{op}_pct"] = _ratio(entry[op], row.get(f"wavefronts_shared_{op}"))
+        table.append(entry)
+    return table
+
+
+PROFILE_COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("duration_us", "us", 0),
+    ("tensor_pipe_active_pct", "tensor pipe %", 1),
+    ("sm_throughput_pct", "SM %", 1),
+    ("l2_hit_rate_pct", "L2 hit %", 1),
+    ("dram_throughput_pct", "DRAM %", 1),
+    ("dram_read_mb", "DRAM read MB", 0),
+    ("registers_per_thread", "regs", 0),
+    ("smem_kb", "smem KB", 0),
+    ("sm_clock_mhz", "SM MHz", 0),
+)
+
+
+def profile_summary(
+    profile_rows: Iterable[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+) -> list[Row]:
+    """One line per profiled launch: time, tensor-pipe activity, L2 and DRAM, registers, shared memory.
+
+    Print it with `results.format_table(summary, PROFILE_COLUMNS)`.
+    """
+    summary = []
+    for row in sorted(rows_for(profile_rows, stages, dtype, shape), key=_order):
+        entry = {key: row.get(key) for key, _, _ in PROFILE_COLUMNS if key in row}
+        entry.update({key: row[key] for key in ("stage", "dtype", "m", "n", "k")})
+        entry["duration_us"] = _ratio(row.get("duration_ns"), 1000.0, 1.0)
+        entry["dram_read_mb"] = _ratio(row.get("dram_read_bytes"), 1e6, 1.0)
+        entry["smem_kb"] = _ratio(row.get("dynamic_smem_bytes"), 1024.0, 1.0)
+        entry["sm_clock_mhz"] = _ratio(row.get("sm_clock_hz"), 1e6, 1.0)
+        summary.append(entry)
+    return summary
+
+
+NUMERICS_COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("max_abs", "max abs", 4),
+    ("max_rel", "max rel", 4),
+    ("rel_fro", "rel. Frobenius", 6),
+    ("p50_abs", "p50 abs", 5),
+    ("p99_abs", "p99 abs", 5),
+    ("p999_abs", "p99.9 abs", 5),
+    ("nonfinite", "non-finite", 0),
+    ("passed", "passed", 0),
+)
+
+
+def load_rows(name: str, directory: Path | None = None) -> tuple[list[Row], str]:
+    """The rows of a recorded run and one line saying where they come from, or [] and 'no recorded <name> yet'."""
+    directory = results.RESULTS_DIR if directory is None else directory
+    try:
+        record = results.load(name, directory)
+    except FileNotFoundError:
+        return [], f"no recorded {name} yet ({directory / (name + '.json')} is written on a GPU with --record)"
+    prov = record["provenance"]
+    note = f"{name}: recorded on {prov['gpu']}, {prov['date']}, commit {prov['commit'][:12]} ({prov['command']})"
+    return record["rows"], note
+
+
+def diff_excerpt(stage: str, *keywords: str, context: int = 2, limit: int = 60) -> str:
+    """The lines of `python -m deepgemm diff <stage>` that add or remove one of `keywords` (any case), with
+    `context` lines around each; at most `limit` lines, then a note on how to see the rest."""
+    from deepgemm.cli import main
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main(["diff", stage])
+    if status != 0:
+        raise ValueError(f"`python -m deepgemm diff {stage}` failed with status {status}")
+    lines = buffer.getvalue().splitlines()
+    words = [w.lower() for w in keywords]
+    hits = [
+        i
+        for i, line in enumerate(lines)
+        if line[:1] in "+-"
+        and not line.startswith(("+++", "---"))
+        and (not words or any(w in line.lower() for w in words))
+    ]
+    keep = sorted({j for i in hits for j in range(max(0, i - context), min(len(lines), i + context + 1))})
+    out: list[str] = []
+    for previous, index in zip([-2, *keep], keep):
+        if index != previous + 1:
+            out.append("...")
+        out.append(lines[index])
+    if len(out) > limit:
+        out = [*out[:limit], f"... ({len(out) - limit} more lines)"]
+    out.append(f"(the whole diff: python -m deepgemm diff {stage_name(stage).split('_')[0]})")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plots
+
+
+def _base_stage(stage: str) -> str | None:
+    """The stage a row measures: 'v4_pipeline_swizzle GROUP_M=1' -> 'v4_pipeline_swizzle'; None for others."""
+    return next((s for s in STAGES if stage == s or stage.startswith(s + " ")), None)
+
+
+def _color(stage: str) -> str:
+    base = _base_stage(stage)
+    return "black" if stage == CUBLAS else f"C{STAGES.index(base)}" if base else "grey"
+
+
+def _short(stage: str) -> str:
+    """'v3_wgmma_tma' -> 'v3'; 'v4_pipeline_swizzle GROUP_M=1' -> 'v4 GROUP_M=1'; anything else as it is."""
+    base = _base_stage(stage)
+    return base.split("_", 1)[0] + stage[len(base) :] if base else stage
+
+
+def _figure(width: float = 7.5, height: float = 4.0) -> tuple[Figure, Axes]:
+    """A Figure outside pyplot's global state: nothing to close, shown once when a cell returns it."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _empty(message: str) -> Figure:
+    fig, ax = _figure(6.0, 1.2)
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def _peaks() -> tuple[float, float]:
+    from deepgemm.bench import PEAK_CLOCK_MHZ, PEAK_TFLOPS
+
+    return PEAK_TFLOPS, PEAK_CLOCK_MHZ
+
+
+def progression_bars(
+    rows: Sequence[Row], dtype: str = "fp16", shape: int | Shape | None = None, *, log: bool = True
+) -> Figure:
+    """TFLOP/s per stage at one shape (default: the first recorded): one bar per stage, cuBLAS as a line,
+    the datasheet peak as a line and, on each bar, the peak at the SM clock measured while it ran."""
+    chosen = _headline(rows, dtype, shape)
+    stage_rows = [row for row in chosen if row["stage"] != CUBLAS]
+    if not stage_rows:
+        return _empty(f"no recorded {dtype} rows")
+    peak, peak_clock = _peaks()
+    fig, ax = _figure()
+    x = list(range(len(stage_rows)))
+    rates = [row["tflops"] for row in stage_rows]
+    bars = ax.bar(x, rates, color=[_color(row["stage"]) for row in stage_rows], gid="stages")
+    ax.bar_label(bars, labels=[f"{r:.1f}" for r in rates], padding=2, fontsize=8)
+    clocked = [(i, peak * row["sm_clock_mhz"] / peak_clock) for i, row in zip(x, stage_rows) if row.get("sm_clock_mhz")]
+    if clocked:
+        ax.scatter(*zip(*clocked), marker="_", s=900, color="dimgrey", label="peak at the measured SM clock")
+    for row in chosen:
+        if row["stage"] == CUBLAS:
+            ax.axhline(row["tflops"], color="black", lw=1.2, label=f"cuBLAS {row['tflops']:.1f}")
+    ax.axhline(peak, color="black", ls="--", lw=0.8, label=f"datasheet peak {peak:g}")
+    ax.set_xticks(x, [_short(row["stage"]) for row in stage_rows])
+    ax.set_ylabel("TFLOP/s")
+    if log:
+        ax.set_yscale("log")
+    m, n, k = shape_of(stage_rows[0])
+    ax.set_ylim(top=peak * (3 if log else 1.15))
+    ax.set_title(f"{dtype} {m} x {n} x {k}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    return fig
+
+
+def roofline(
+    rows: Sequence[Row],
+    dtype: str = "fp16",
+    *,
+    profile_rows: Sequence[Row] = (),
+    peak_tflops: float | None = None,
+    bandwidth_tbs: float = HBM_TBS,
+    bytes_per_element: int = 2,
+) -> Figure:
+    """Arithmetic intensity against TFLOP/s, log-log: the compute and memory roofs, one filled point per
+    measured row (stage or cuBLAS) at the shape's best-case intensity, and, where profile rows are given,
+    one hollow point per profiled launch at the intensity of the DRAM bytes it actually read."""
+    peak = _peaks()[0] if peak_tflops is None else peak_tflops
+    fig, ax = _figure(7.5, 4.5)
+    ridge = ridge_intensity(peak, bandwidth_tbs)
+    xs = [0.1, ridge, 1e4]
+    ax.plot(xs, [roof_tflops(x, peak, bandwidth_tbs) for x in xs], color="black", lw=1.5, gid="roof")
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak), textcoords="offset points", xytext=(-40, 6), fontsize=8)
+    ax.text(0.12, bandwidth_tbs * 0.12 * 1.3, f"{bandwidth_tbs:g} TB/s", rotation=0, fontsize=8)
+    ax.axvline(2 / (2 * bytes_per_element), color="grey", ls=":", lw=1)
+    ax.text(2 / (2 * bytes_per_element) * 1.1, peak * 0.5, "no reuse:\nevery FMA loads\nits operands", fontsize=7)
+    chosen = sorted(rows_for(rows, dtype=dtype), key=_order)
+    for stage in dict.fromkeys(row["stage"] for row in chosen):
+        mine = [row for row in chosen if row["stage"] == stage]
+        ax.scatter(
+            [arithmetic_intensity(*shape_of(row), bytes_per_element) for row in mine],
+            [row["tflops"] for row in mine],
+            color=_color(stage),
+            marker="x" if stage == CUBLAS else "o",
+            label=_short(stage),
+            zorder=3,
+        )
+    measured = [
+        row for row in sorted(rows_for(profile_rows, dtype=dtype), key=_order)
+        if _number(row.get("dram_read_bytes")) and _number(row.get("duration_ns"))
+    ]  # fmt: skip
+    if measured:
+        flops = [2 * math.prod(shape_of(row)) for row in measured]
+        ax.scatter(
+            [f / row["dram_read_bytes"] for f, row in zip(flops, measured)],
+            [f / row["duration_ns"] / 1e3 for f, row in zip(flops, measured)],
+            facecolors="none",
+            edgecolors=[_color(row["stage"]) for row in measured],
+            label="profiled: DRAM bytes read",
+            zorder=3,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.1, 1e4)
+    ax.set_ylim(0.1, peak * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{dtype}: roofline, {peak:g} TFLOP/s and {bandwidth_tbs:g} TB/s")
+    ax.legend(loc="lower right", fontsize=8, ncol=2)
+    return fig
+
+
+def stall_bars(
+    profile_rows: Sequence[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = "fp16",
+    shape: int | Shape | None = None,
+    top: int = 4,
+) -> Figure:
+    """Stall reasons per stage as stacked horizontal bars (warps stalled per issued instruction, by reason);
+    see `stall_breakdown` for which reasons are shown."""
+    found, reasons, table = stall_breakdown(profile_rows, stages, dtype=dtype, shape=shape, top=top)
+    if not found:
+        return _empty("no recorded profile yet" if not profile_rows else "no profile rows for these stages")
+    from matplotlib import colormaps
+
+    palette = colormaps["tab20"]  # one colour per reason, the same in every notebook
+    fig, ax = _figure(7.5, 0.9 + 0.45 * max(len(found), len(reasons) / 2))
+    y = list(range(len(found)))
+    left = [0.0] * len(found)
+    for j, reason in enumerate(reasons):
+        widths = [line[j] for line in table]
+        colour = "lightgrey" if reason == "other" else palette(STALL_REASONS.index(reason) % 20)
+        ax.barh(y, widths, left=left, color=colour, label=reason)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(y, [_short(stage) for stage in found])
+    ax.invert_yaxis()
+    ax.set_xlabel("warps stalled per issued instruction")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    return fig

@@ -1,0 +1,90 @@
+"""Nsight Compute: profile one launch of a stage in a subprocess and parse ncu's CSV into a tidy table.
+
+`ncu --clock-control none` leaves the card's clocks as they are (never lock or change them here); the
+numbers are therefore taken at whatever clock the card runs, like the benchmarks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+STALL_REASONS = (
+    "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss", "lg_throttle",
+    "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
+    "not_selected", "selected", "short_scoreboard", "sleeping", "tex_throttle", "wait",
+)  # fmt: skip
+SHARED_OPS = ("ld", "st", "ldgsts", "gmma")
+
+METRICS = {
+    **{f"stall_{r}": f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS},
+    **{f"bank_conflicts_{op}": f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum" for op in SHARED_OPS},
+    "bank_conflicts_ldsm": "smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum",
+    "wavefronts_shared_ld": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "wavefronts_shared_st": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "wavefronts_shared_gmma": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_gmma.sum",
+    "tensor_pipe_active_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "gmma_instructions": "sm__inst_executed_pipe_tensor_op_gmma.sum",
+    "l2_hit_rate_pct": "lts__t_sector_hit_rate.pct",
+    "dram_throughput_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "duration_ns": "gpu__time_duration.sum",
+    "sm_clock_hz": "sm__cycles_elapsed.avg.per_second",
+    "registers_per_thread": "launch__registers_per_thread",
+    "dynamic_smem_bytes": "launch__shared_mem_per_block_dynamic",
+}
+
+
+def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
+    """ncu on one launch of `gemm_kernel` (the second: the first may include module loading)."""
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        raise RuntimeError("ncu (Nsight Compute) is not on the PATH")
+    target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
+    target += ["--k", str(k), "--dtype", dtype]
+    return [
+        ncu, "--clock-control", "none", "--csv", "--page", "raw",
+        "--kernel-name", "gemm_kernel", "--launch-skip", "1", "--launch-count", "1",
+        "--metrics", ",".join(METRICS.values()), *target,
+    ]  # fmt: skip
+
+
+def parse_ncu_csv(text: str) -> dict[str, float | str]:
+    """The first kernel row of `ncu --csv --page raw` output, keyed by metric name (units row dropped)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no CSV table in ncu's output:\n" + text[-2000:])
+    header, _units, first, *_ = csv.reader(io.StringIO("\n".join(lines[start:])))
+    return {name: _number(value) for name, value in zip(header, first)}
+
+
+def _number(value: str) -> float | str:
+    try:
+        return float(value.replace(",", ""))
+    except ValueError:
+        return value
+
+
+def tidy(raw: dict[str, float | str]) -> dict[str, Any]:
+    """Our names for ncu's metrics; a metric ncu did not report is None."""
+    return {ours: raw.get(theirs) for ours, theirs in METRICS.items()}
+
+
+def profile_stage(stage: str, m: int, n: int, k: int, dtype: str, timeout_s: float = 300) -> dict[str, Any]:
+    """Run ncu on one launch of `stage` and return the tidy metrics with the shape they were taken at."""
+    proc = subprocess.run(ncu_command(stage, m, n, k, dtype), capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ncu failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return {"stage": stage, "dtype": dtype, "m": m, "n": n, "k": k, **tidy(parse_ncu_csv(proc.stdout))}
+
+
+def top_stalls(row: dict[str, Any], count: int = 4) -> list[tuple[str, float]]:
+    """The largest stall reasons of a profile row, as (reason, warps stalled per issue)."""
+    stalls = [(r, row.get(f"stall_{r}")) for r in STALL_REASONS if r != "selected"]
+    return sorted(((r, v) for r, v in stalls if isinstance(v, float)), key=lambda rv: -rv[1])[:count]

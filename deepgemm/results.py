@@ -1,0 +1,146 @@
+"""Recorded runs: JSON with provenance, written only by the project's own commands, read where no GPU is.
+
+A record is {"provenance": {...}, "rows": [...]}; provenance names the GPU, driver, CUDA, date, git commit
+and the command that produced it, so every number in the README and the notebooks can be traced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "results" / "h200"
+
+
+def git_commit() -> str:
+    """The commit the code ran at; '+dirty' when the work tree had uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
+    """Where and how a measurement was made."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    props = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    driver = "unknown"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:  # NVML missing: say so rather than guess
+        pass
+    cuda = runtime.runtimeGetVersion()
+    return {
+        "gpu": props["name"].decode(),
+        "sm_count": int(props["multiProcessorCount"]),
+        "driver": driver if isinstance(driver, str) else driver.decode(),
+        "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}",
+        "cupy": cupy.__version__,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
+        "command": shlex.join(command if command is not None else ["python", *sys.argv]),
+    }
+
+
+def save(name: str, rows: Iterable[dict[str, Any]], prov: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write results/h200/<name>.json and return its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps({"provenance": prov, "rows": list(rows)}, indent=1) + "\n")
+    return path
+
+
+def load(name: str, directory: Path = RESULTS_DIR) -> dict[str, Any]:
+    """A recorded run; FileNotFoundError names the file and how to make it."""
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no recorded results at {path}: run `python -m deepgemm bench --suite {name} --record` on a GPU")
+    record = json.loads(path.read_text())
+    if "provenance" not in record or "rows" not in record:
+        raise ValueError(f"{path} is not a recorded run (it needs 'provenance' and 'rows')")
+    return record
+
+
+def recorded_banner(prov: dict[str, Any]) -> str:
+    """The first line shown wherever recorded numbers stand in for a live run."""
+    return (
+        f"RECORDED results (no GPU here): {prov['gpu']}, driver {prov['driver']}, CUDA {prov['cuda']}, "
+        f"{prov['date']}, commit {prov['commit'][:12]}"
+    )
+
+
+def _cell(value: Any, digits: int) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if abs(value) >= 10**-digits or value == 0 else f"{value:.2e}"
+    return str(value)
+
+
+COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("tflops", "TFLOP/s", 1),
+    ("pct_peak", "% peak", 1),
+    ("pct_peak_at_clock", "% peak@clk", 1),
+    ("x_prev", "x prev", 2),
+    ("x_cublas", "x cuBLAS", 2),
+    ("max_abs_err", "max abs err", 4),
+    ("sm_clock_mhz", "SM MHz", 0),
+    ("power_w", "W", 0),
+)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, int]] = COLUMNS) -> str:
+    """A plain-text table of bench rows; missing values print as '-'."""
+    cells = [[title for _, title, _ in columns]]
+    for row in rows:
+        shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"}
+        cells.append([_cell(shaped.get(key), digits) for key, _, digits in columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+MARKDOWN_COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("tflops", "TFLOP/s", 1),
+    ("pct_peak", "% of 989.4", 1),
+    ("pct_peak_at_clock", "% of peak at clock", 1),
+    ("x_prev", "x prev", 2),
+    ("x_cublas", "x cuBLAS", 2),
+    ("rel_err", "rel. error", 4),
+    ("sm_clock_mhz", "SM MHz", 0),
+    ("power_w", "W", 0),
+)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, int]] = MARKDOWN_COLUMNS) -> str:
+    """The recorded rows as a Markdown table (what the README shows)."""
+    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + " --- |" * len(columns)]
+    for row in rows:
+        shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"}
+        lines.append("| " + " | ".join(_cell(shaped.get(key), digits) for key, _, digits in columns) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""Tensor-map descriptors for TMA (`cp.async.bulk.tensor`), built on the host and passed by value.
+
+A kernel takes a map as `const __grid_constant__ TmaDesc` (128 bytes, 64-byte aligned); CuPy passes the
+128 raw bytes as a NumPy void scalar. `tile_map_spec` is the pure part (dimensions, strides, box, checked
+against TMA's rules) and runs anywhere; `encode_tile_map` asks the driver for the descriptor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import cupy
+import numpy as np
+
+from deepgemm.dtypes import BFLOAT16, FLOAT16
+
+DESCRIPTOR_BYTES = 128
+MAX_BOX_ROWS = 256  # a TMA box has at most 256 elements along each dimension
+SWIZZLE_SPAN_BYTES = {0: None, 32: 32, 64: 64, 128: 128}  # a swizzled box row is at most the span
+
+
+@dataclass(frozen=True)
+class TileMapSpec:
+    """A 2-D row-major matrix (rows x cols, row stride in bytes) read in boxes of box_rows x box_cols."""
+
+    rows: int
+    cols: int
+    row_stride_bytes: int
+    box_rows: int
+    box_cols: int
+    swizzle_bytes: int
+    itemsize: int = 2
+
+
+def tile_map_spec(
+    shape: tuple[int, int],
+    strides: tuple[int, int],
+    ptr: int,
+    itemsize: int,
+    box_rows: int,
+    box_cols: int,
+    swizzle_bytes: int,
+) -> TileMapSpec:
+    """Check a matrix (shape, byte strides, address) and a box against TMA's rules; ValueError names the rule."""
+    if len(shape) != 2 or strides[1] != itemsize:
+        raise ValueError(f"TMA needs a row-major matrix with unit column stride, got strides {strides}")
+    if ptr % 16:
+        raise ValueError(f"TMA needs a 16-byte aligned base address, got {ptr:#x}")
+    if strides[0] % 16:
+        raise ValueError(f"TMA needs a row stride that is a multiple of 16 bytes, got {strides[0]}")
+    if swizzle_bytes not in SWIZZLE_SPAN_BYTES:
+        raise ValueError(f"swizzle must be one of {tuple(SWIZZLE_SPAN_BYTES)} bytes, got {swizzle_bytes}")
+    if not (1 <= box_rows <= MAX_BOX_ROWS and 1 <= box_cols <= MAX_BOX_ROWS):
+        raise ValueError(f"a TMA box is at most {MAX_BOX_ROWS} x {MAX_BOX_ROWS}, got {box_rows} x {box_cols}")
+    if (box_cols * itemsize) % 16:
+        raise ValueError(f"a TMA box row must be a multiple of 16 bytes, got {box_cols * itemsize}")
+    span = SWIZZLE_SPAN_BYTES[swizzle_bytes]
+    if span is not None and box_cols * itemsize > span:
+        raise ValueError(f"a {swizzle_bytes}-byte swizzled box row holds at most {span} bytes")
+    rows, cols = shape
+    return TileMapSpec(rows, cols, strides[0], box_rows, box_cols, swizzle_bytes, itemsize)
+
+
+def encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
+    """The 128-byte tensor map for `x`, as the value a `const __grid_constant__ TmaDesc` takes."""
+    from cuda.bindings import driver
+
+    spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)
+    dtypes = {
+        FLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        BFLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    }
+    swizzles = {
+        0: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+        64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+        128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+    }
+    err, tensor_map = driver.cuTensorMapEncodeTiled(
+        dtypes[np.dtype(x.dtype)],
+        2,
+        x.data.ptr,
+        [driver.cuuint64_t(spec.cols), driver.cuuint64_t(spec.rows)],  # innermost first
+        [driver.cuuint64_t(spec.row_stride_bytes)],
+        [driver.cuuint32_t(spec.box_cols), driver.cuuint32_t(spec.box_rows)],
+        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzles[spec.swizzle_bytes],
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,  # out-of-bounds reads give zeros
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with {err.name} for {spec}")
+    raw = ctypes.string_at(tensor_map.getPtr(), DESCRIPTOR_BYTES)
+    return np.frombuffer(raw, dtype=np.dtype((np.void, DESCRIPTOR_BYTES)))[0]
+
+
+def operand_maps(
+    a_k: cupy.ndarray, b_k: cupy.ndarray, block_m: int, block_n: int, box_k: int, swizzle_bytes: int
+) -> tuple[np.void, np.void]:
+    """The maps of A (M x K) and K-major B (N x K) that the TMA stages read, one box per tile row block."""
+    return (
+        encode_tile_map(a_k, block_m, box_k, swizzle_bytes),
+        encode_tile_map(b_k, block_n, box_k, swizzle_bytes),
+    )

@@ -1,0 +1,41 @@
+"""v1_tiled: shared-memory tiles and 8x8 register tiles on CUDA cores.
+
+Reads A row-major and B K-major (the (N, K) matrix b.T) with 16-byte loads; a row-major (K, N) b, a K
+that is not a multiple of 8 or an unaligned row is first copied into that layout (operands.k_major).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from deepgemm.config import GemmConfig, require_multiple
+from deepgemm.dtypes import dtype_defines
+from deepgemm.jit import get_kernel
+from deepgemm.launch import KernelLaunch, ceil_div
+from deepgemm.operands import check_problem, k_major_operands, leading_dim, require_gpu
+
+STAGE = "v1_tiled"
+MIN_CC = (8, 0)
+DEFAULTS = GemmConfig(block_m=128, block_n=128, block_k=32, extra={"THREAD_M": 8, "THREAD_N": 8})
+
+
+def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
+    require_gpu(MIN_CC, STAGE)
+    p = check_problem(a, b, out)
+    cfg = (config or GemmConfig()).merged_over(DEFAULTS)
+    require_multiple(cfg, "BLOCK_K", 8, "one 16-byte load holds 8 elements of K")
+    for tile, thread in (("BLOCK_M", "THREAD_M"), ("BLOCK_N", "THREAD_N")):
+        require_multiple(cfg, tile, cfg.value(thread), f"each thread owns {thread} rows/columns")
+    threads = (cfg.value("BLOCK_M") // cfg.value("THREAD_M")) * (cfg.value("BLOCK_N") // cfg.value("THREAD_N"))
+    a_k, b_k, k = k_major_operands(p)
+    kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})
+    args = (a_k, b_k, p.out, *(np.int32(v) for v in (p.m, p.n, k, *map(leading_dim, (a_k, b_k, p.out)))))
+    grid = (ceil_div(p.n, cfg.value("BLOCK_N")), ceil_div(p.m, cfg.value("BLOCK_M")))
+    return KernelLaunch(kernel, grid, (threads,), args, p.out, keep_alive=(a_k, b_k))
+
+
+def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:
+    """a @ b on CUDA cores with shared-memory and register tiling."""
+    return plan(a, b, out, config=config)()

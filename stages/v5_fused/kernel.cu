@@ -1,0 +1,465 @@
+// v5_fused: persistent tiles and a fused epilogue. Over v4 (one CTA per tile, plain C = A*B), this stage
+//   - launches one CTA per SM (gridDim.x = min(tiles, SMs)); each CTA walks the tiles
+//     blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order. Producer and consumers walk the same
+//     sequence and their stage/phase counters run on across tiles, so the producer is already filling
+//     the next tile's stages while the consumers run this tile's epilogue, and barrier init and pipeline
+//     fill are paid once per SM instead of once per tile;
+//   - keeps one wgmma batch in flight: a consumer issues k-tile i's batch, then waits only for batch i-1
+//     (wait_group<1>) and releases that stage, so the tensor cores always have the next batch queued;
+//   - fuses the epilogue in registers: out = act(alpha * acc + bias[col]) with an optional bias, ReLU,
+//     GELU (tanh or erf), SiLU, and an fp16, bf16 or fp32 output, written to C once;
+//   - stores C as whole 16-byte vectors: each consumer warp passes its 16 rows through a small shared-
+//     memory buffer, 128 bytes of columns at a time, instead of storing 4- or 8-byte fragment pairs
+//     scattered over 8 rows per instruction (the stores were a large part of the epilogue's time).
+// What still limits it: the epilogue is still synchronous: while both consumers convert and store a
+// tile, the tensor cores wait. Storing asynchronously (bulk copies from a tile-sized buffer, which
+// costs a pipeline stage of shared memory) or offsetting the two consumers would hide it.
+// Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#ifndef DTYPE_BF16
+#define DTYPE_BF16 0
+#endif
+
+#if DTYPE_BF16
+typedef __nv_bfloat16 elem_t;
+#define WGMMA_AB_TYPE "bf16"
+#else
+typedef __half elem_t;
+#define WGMMA_AB_TYPE "f16"
+#endif
+
+#ifndef OUT_DTYPE
+#define OUT_DTYPE DTYPE_BF16  // 0 fp16, 1 bf16, 2 fp32; by default the input's type
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0            // 1: add bias[col] (N floats) before the activation
+#endif
+#ifndef ACTIVATION
+#define ACTIVATION 0          // 0 none, 1 relu, 2 gelu (tanh approximation), 3 gelu (erf), 4 silu
+#endif
+
+#if OUT_DTYPE == 2
+typedef float out_t;
+typedef float2 out2_t;
+__device__ __forceinline__ out2_t to_out2(float lo, float hi) { return make_float2(lo, hi); }
+#elif OUT_DTYPE == 1
+typedef __nv_bfloat16 out_t;
+typedef __nv_bfloat162 out2_t;
+__device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+#else
+typedef __half out_t;
+typedef __half2 out2_t;
+__device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+#endif
+
+#ifndef BLOCK_M
+#define BLOCK_M 128    // 2 consumer warpgroups x the 64 rows of one wgmma m64
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 256    // the N of wgmma m64n256k16: 128 fp32 accumulators per consumer thread
+#endif
+#ifndef BLOCK_K
+#define BLOCK_K 64     // 64 fp16 = 128 bytes: exactly one 128B-swizzle row; 4 wgmma k16 steps
+#endif
+#ifndef BOX_K
+#define BOX_K 64       // the whole k-tile in one box per operand (128 bytes, the 128B swizzle span)
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 4   // 4 x 48 KB = 192 KB of the 227 KB a CTA may use: deep enough to hide HBM latency
+#endif
+#ifndef GROUP_M
+#define GROUP_M 8      // tile rows per group in the launch order (L2 reuse); <= 1: plain row-major
+#endif
+
+constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
+constexpr int NUM_CONSUMERS = 2;  // consumer warpgroups; each releases a stage once per warp
+constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
+constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
+constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
+constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
+constexpr int SWIZZLE_ROW_BYTES = 128;                    // one tile row = one 128B-swizzle row
+constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
+constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
+// Epilogue staging: each consumer warp owns 16 rows of C and passes them through its own shared-memory
+// buffer 128 bytes of columns at a time, so that global stores are whole 16-byte vectors, 8 lanes per
+// 128-byte row segment. Rows are padded by 16 bytes: the 8 rows one fragment store touches then start
+// 4 banks apart, and the store is conflict-free (fp16/bf16) or 2 wavefronts, its minimum (fp32).
+constexpr int EPI_ROWS = 16;                                   // rows of C per consumer warp
+constexpr int EPI_CHUNK_BYTES = 128;                           // bytes of one row staged at a time
+constexpr int EPI_PITCH = EPI_CHUNK_BYTES + 16;                // padded row pitch in the buffer
+constexpr int EPI_WARP_BYTES = EPI_ROWS * EPI_PITCH;           // 2304 bytes per consumer warp
+constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_WARP_BYTES;  // 18432 bytes of static shared memory
+constexpr int EPI_CHUNK_COLS = EPI_CHUNK_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32)
+constexpr int EPI_VEC = 16 / (int)sizeof(out_t);                     // elements per 16-byte store
+
+static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
+static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
+static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
+              "one 128-byte swizzled box per operand per k-tile");
+static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
+              "every tile starts on a 1024-byte boundary, where the 8-row swizzle pattern restarts");
+static_assert(NUM_STAGES * STAGE_BYTES + 1024 + EPI_BYTES <= 227 * 1024, "a CTA may use 227 KB of shared memory");
+
+// The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
+// parameter so that TMA can read it from the kernel's parameter space.
+struct __align__(64) TmaDesc { unsigned long long data[16]; };
+
+// ---------------------------------------------------------------------------------------------------
+// PTX helpers. Shared-memory operands are 32-bit shared-window addresses.
+// ---------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrive_count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(arrive_count) : "memory");
+}
+
+// Makes the initialised barriers visible to the async proxy (the TMA unit completes transactions on
+// them), not only to the threads that pass the next __syncthreads.
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One arrival plus the number of bytes the TMA copies of this phase will deliver; the phase completes
+// when all arrivals are in and all those bytes have landed.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// A plain arrival (release semantics: this thread's earlier accesses happen before the phase completes).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+
+// Spins until the phase with the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// A box of the tensor map at element coordinates (k, row) -> shared memory at dst; completes on bar.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)
+        : "memory");
+}
+
+// wgmma shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"):
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading dimension byte offset (LBO) >> 4
+//   bits 32-45  stride dimension byte offset (SBO) >> 4
+//   bits 49-51  base offset (0: every tile starts 1024-aligned, where the swizzle pattern starts)
+//   bits 62-63  layout type: 1 = 128-byte swizzle
+// For a K-major swizzled operand whose k16 slice (32 bytes) lies inside one 128-byte row, LBO is not
+// used; SBO is the distance between 8-row groups of core matrices along M (or N).
+__device__ __forceinline__ unsigned long long make_smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return  (unsigned long long)((addr >> 4) & 0x3FFF)
+         | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
+         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32)
+         | (1ull << 62);
+}
+
+// Orders this thread's earlier register and shared-memory accesses before the wgmma that follow:
+// needed before the first wgmma of a batch and after anything else touched the accumulators.
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// Closes the batch of wgmma issued since the last commit into one group that can be waited on.
+__device__ __forceinline__ void wgmma_commit_group() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Waits until at most N committed groups are still running: before reading the accumulators or
+// letting TMA overwrite the shared memory the wgmma read.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// Compiler-only: the wgmma write the accumulators asynchronously, which the compiler cannot see, so
+// after a wait we mark every accumulator as read and written here; no use of acc moves above the wait.
+template <int N>
+__device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
+}
+
+// D(64x256, fp32) += A(64x16) * B(16x256), A and B read from shared memory through their descriptors,
+// both K-major (imm-trans-a = imm-trans-b = 0), imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0.
+// Accumulator fragment, thread t of the warpgroup, warp w = t / 32, lane l = t % 32, j = 0..31:
+//   d[4j+0] = D(16w + l/4,     8j + 2(l%4))     d[4j+1] = D(16w + l/4,     8j + 2(l%4) + 1)
+//   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
+                                                 unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, "
+        "%104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// Gives this warpgroup's spare registers back to the CTA's pool (all 4 warps execute it).
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(REGS));
+}
+
+// Takes registers from the pool; waits until the producer warpgroup has released enough.
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(REGS));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Tile order. The CTAs' i-th tiles are gridDim.x consecutive indices, so those run together. Walking
+// GROUP_M tile rows column by column makes those CTAs share GROUP_M A row-blocks and a few B
+// column-blocks, which then stay in L2, instead of streaming all of B once per tile row.
+// ---------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+#if GROUP_M > 1
+    const int group_tiles = GROUP_M * tiles_n;
+    const int first_m = (tile_idx / group_tiles) * GROUP_M;
+    const int group_rows = min(tiles_m - first_m, GROUP_M);  // the last group may be short
+    tile_m = first_m + (tile_idx % group_tiles) % group_rows;
+    tile_n = (tile_idx % group_tiles) / group_rows;
+#else
+    tile_m = tile_idx / tiles_n;
+    tile_n = tile_idx % tiles_n;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
+// ---------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float activation(float x) {
+#if ACTIVATION == 1
+    return fmaxf(x, 0.0f);
+#elif ACTIVATION == 2
+    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // sqrt(2/pi) (x + 0.044715 x^3)
+    return 0.5f * x * (1.0f + tanhf(inner));
+#elif ACTIVATION == 3
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));  // x * Phi(x)
+#elif ACTIVATION == 4
+    return x / (1.0f + expf(-x));  // x * sigmoid(x); expf(-x) = inf gives -0 for very negative x
+#else
+    return x;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The kernel. Grid: min(ceil(M / BLOCK_M) * ceil(N / BLOCK_N), number of SMs) persistent CTAs of
+// NUM_THREADS threads. Dynamic shared memory: NUM_STAGES * STAGE_BYTES + 1024 (slack to align to 1024), as
+// in v4; the epilogue's staging buffer is static (EPI_BYTES). bias may be nullptr when HAS_BIAS is 0.
+// ---------------------------------------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
+            out_t* C, const float* bias, float alpha, int M, int N, int K, int ldc)
+{
+    // ---- prologue -----------------------------------------------------------------------------------
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long full_bar[NUM_STAGES];
+    __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];
+    __shared__ __align__(16) unsigned char epi_smem[EPI_BYTES];
+
+    const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
+    const int tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
+    const int num_tiles = tiles_m * tiles_n;
+    const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
+    const int warpgroup = threadIdx.x / 128;
+
+    // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
+    // tile at r * 128 bytes with its eight 16-byte chunks permuted (chunk c lands at c ^ (r % 8)).
+    const unsigned smem_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NUM_STAGES; ++s) {
+            mbarrier_init(smem_addr(&full_bar[s]), 1);                   // the producer's arrival
+            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4);  // one arrival per consumer warp
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();  // barriers initialised before anyone waits on them; no CTA-wide barrier after this
+
+    // Both roles walk the same tiles and the same k-tiles, so their stage/phase counters stay in step
+    // across tiles without ever being reset.
+    int stage = 0;
+    unsigned phase = 0;
+
+    if (warpgroup == 0) {
+        // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            for (int tile_idx = blockIdx.x; tile_idx < num_tiles; tile_idx += gridDim.x) {
+                int tile_m, tile_n;
+                grouped_tile(tile_idx, tiles_m, tiles_n, tile_m, tile_n);
+                for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+                    // Wait until the consumers have released this stage's previous contents. On the
+                    // first pass the wait is for parity 1, the phase "before" a fresh barrier, which
+                    // counts as complete: the producer fills all stages without waiting.
+                    mbarrier_wait_parity(smem_addr(&empty_bar[stage]), phase ^ 1);
+                    const unsigned bar = smem_addr(&full_bar[stage]);
+                    const unsigned a_dst = smem_base + stage * STAGE_BYTES;
+                    const unsigned b_dst = a_dst + A_TILE_BYTES;
+                    // One box per operand: BLOCK_M x 128 bytes of A and BLOCK_N x 128 bytes of B (48 KB
+                    // in fp16), zero-filled past M, N or K and counted in full either way.
+                    mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+                    tma_load_2d(a_dst, &tma_a, bar, k_tile * BLOCK_K, tile_m * BLOCK_M);
+                    tma_load_2d(b_dst, &tma_b, bar, k_tile * BLOCK_K, tile_n * BLOCK_N);
+                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
+                }
+            }
+        }
+    } else {
+        // ---- consumers: wait for a stage, multiply, release it; then the fused epilogue -------------
+        setmaxnreg_inc<CONSUMER_REGS>();
+        const int consumer = warpgroup - 1;
+        const int warp = (threadIdx.x % 128) / 32;
+        const int lane = threadIdx.x % 32;
+        // This warp's staging buffer, and whether rows of C start 16-byte aligned, so that 16-byte vectors
+        // can be stored (tested once, not per store).
+        unsigned char* epi_buf = epi_smem + (consumer * 4 + warp) * EPI_WARP_BYTES;
+        const bool vec_aligned = (long long)ldc * sizeof(out_t) % 16 == 0
+                              && reinterpret_cast<unsigned long long>(C) % 16 == 0;
+
+        for (int tile_idx = blockIdx.x; tile_idx < num_tiles; tile_idx += gridDim.x) {
+            int tile_m, tile_n;
+            grouped_tile(tile_idx, tiles_m, tiles_n, tile_m, tile_n);
+
+            float acc[BLOCK_N / 2];
+#pragma unroll
+            for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.0f;
+
+            // ---- main loop over K -------------------------------------------------------------------
+            int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
+            for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+                mbarrier_wait_parity(smem_addr(&full_bar[stage]), phase);
+
+                // This consumer's 64 rows of A are 64 x 128 bytes (8 swizzle patterns) into the A tile.
+                const unsigned a_base = smem_base + stage * STAGE_BYTES + consumer * WG_ROWS * SWIZZLE_ROW_BYTES;
+                const unsigned b_base = smem_base + stage * STAGE_BYTES + A_TILE_BYTES;
+
+                wgmma_fence();  // acc was written by ordinary instructions (zeroing, the last epilogue's reads)
+#pragma unroll
+                for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
+                    // k16 step kk is the 32-byte column kk of every 128-byte row: advance the start
+                    // address by 32 bytes; the hardware applies the same XOR as TMA, from the address
+                    // bits. SBO = 1024 bytes (8 rows x 128 B) between 8-row groups; LBO unused for this
+                    // layout (16 B, field value 1).
+                    const unsigned long long desc_a = make_smem_desc(a_base + kk * 32, 16, 8 * SWIZZLE_ROW_BYTES);
+                    const unsigned long long desc_b = make_smem_desc(b_base + kk * 32, 16, 8 * SWIZZLE_ROW_BYTES);
+                    wgmma_m64n256k16(acc, desc_a, desc_b, 1);
+                }
+                wgmma_commit_group();
+                // This batch stays in flight; the one before it (k-tile - 1) has now finished reading its
+                // stage, which this warp releases.
+                wgmma_wait_group<1>();
+                if (k_tile > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty_bar[prev_stage]));
+
+                prev_stage = stage;
+                if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
+            }
+            wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
+            if (lane == 0) mbarrier_arrive(smem_addr(&empty_bar[prev_stage]));
+            acc_register_fence(acc);
+
+            // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, staged stores ---------
+            // Fragment -> this warp's buffer (rows lane/4 and lane/4 + 8, column pairs), then buffer ->
+            // C as 16-byte vectors: lane i of a pass stores vector i % 8 of row i / 8 of the 128-byte chunk.
+            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+#pragma unroll
+            for (int chunk = 0; chunk < BLOCK_N / EPI_CHUNK_COLS; ++chunk) {
+#pragma unroll
+                for (int jj = 0; jj < EPI_CHUNK_COLS / 8; ++jj) {
+                    const int j = chunk * (EPI_CHUNK_COLS / 8) + jj;
+                    float bias0 = 0.0f, bias1 = 0.0f;
+#if HAS_BIAS
+                    const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4);
+                    if (col < N) bias0 = __ldg(bias + col);
+                    if (col + 1 < N) bias1 = __ldg(bias + col + 1);
+#endif
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float v0 = activation(fmaf(alpha, acc[4 * j + 2 * h], bias0));
+                        const float v1 = activation(fmaf(alpha, acc[4 * j + 2 * h + 1], bias1));
+                        out2_t* dst = reinterpret_cast<out2_t*>(
+                            epi_buf + (lane / 4 + 8 * h) * EPI_PITCH + (8 * jj + 2 * (lane % 4)) * sizeof(out_t));
+                        *dst = to_out2(v0, v1);
+                    }
+                }
+                __syncwarp();  // the chunk is in the buffer; now each lane reads other lanes' values
+#pragma unroll
+                for (int pass = 0; pass < EPI_ROWS * EPI_CHUNK_BYTES / 16 / 32; ++pass) {
+                    const int i = pass * 32 + lane;
+                    const int r = i / (EPI_CHUNK_BYTES / 16);
+                    const int v = i % (EPI_CHUNK_BYTES / 16);
+                    const int row = warp_row0 + r;
+                    const int col = tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS + v * EPI_VEC;
+                    const unsigned char* src = epi_buf + r * EPI_PITCH + v * 16;
+                    if (row >= M || col >= N) continue;
+                    out_t* dst = C + (long long)row * ldc + col;
+                    if (vec_aligned && col + EPI_VEC <= N) {
+                        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+                    } else {  // a ragged edge or unaligned rows: element by element
+#pragma unroll 1
+                        for (int e = 0; e < EPI_VEC && col + e < N; ++e)
+                            dst[e] = reinterpret_cast<const out_t*>(src)[e];
+                    }
+                }
+                __syncwarp();  // every lane has read the chunk before the next one overwrites the buffer
+            }
+        }
+    }
+}

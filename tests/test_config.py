@@ -1,0 +1,43 @@
+import pytest
+
+from deepgemm.config import GemmConfig, require_at_most, require_in, require_multiple
+
+DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"GROUP_M": 8})
+
+
+def test_override_keeps_unset_defaults():
+    cfg = GemmConfig(block_n=128).merged_over(DEFAULTS)
+    assert cfg.defines() == {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_STAGES": 4, "GROUP_M": 8}
+
+
+def test_extra_knob_overrides_default():
+    assert GemmConfig(extra={"GROUP_M": 1}).merged_over(DEFAULTS).value("GROUP_M") == 1
+
+
+def test_rejects_unknown_extra_knob():
+    with pytest.raises(ValueError, match="WARPS_M"):
+        GemmConfig(extra={"WARPS_M": 2}).merged_over(DEFAULTS)
+
+
+def test_rejects_field_the_stage_does_not_have():
+    with pytest.raises(ValueError, match="num_stages"):
+        GemmConfig(num_stages=3).merged_over(GemmConfig(extra={"BLOCK_X": 32}))
+
+
+def test_value_of_missing_knob_names_it():
+    with pytest.raises(ValueError, match="THREAD_M"):
+        DEFAULTS.value("THREAD_M")
+
+
+@pytest.mark.parametrize("value", [0, -64, 96])
+def test_require_multiple_rejects(value):
+    with pytest.raises(ValueError, match=f"BLOCK_K = {value} must be a positive multiple of 64"):
+        require_multiple(GemmConfig(block_k=value), "BLOCK_K", 64, "one 128-byte swizzle row")
+
+
+def test_require_in_and_at_most():
+    require_in(DEFAULTS, "BLOCK_N", (128, 256), "wgmma n")
+    with pytest.raises(ValueError, match="one of"):
+        require_in(DEFAULTS, "BLOCK_M", (64,), "one warpgroup")
+    with pytest.raises(ValueError, match="shared memory per block of 232448"):
+        require_at_most("dynamic shared memory", 300_000, 232_448, "shared memory per block")

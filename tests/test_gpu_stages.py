@@ -1,0 +1,183 @@
+"""Every stage against the float64 reference on fresh random inputs, tails included (needs a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deepgemm.stages import STAGES, load
+
+pytestmark = pytest.mark.gpu
+
+SIZES = (1, 3, 17, 32, 64, 128, 129, 1024)  # the first seed's checklist (section 6.5)
+SHAPES = sorted(
+    {(s, 128, 64) for s in SIZES}
+    | {(128, s, 64) for s in SIZES}
+    | {(64, 128, s) for s in SIZES}
+    | {(1, 1, 1), (3, 17, 129), (129, 1024, 17), (1024, 1024, 1024), (4096, 4096, 4096)}
+)
+
+
+def _stage_or_skip(stage: str):
+    import cupy
+
+    from deepgemm.operands import compute_capability
+
+    launcher = load(stage)
+    if compute_capability() < launcher.MIN_CC or (
+        launcher.MIN_CC >= (9, 0) and cupy.cuda.Device().compute_capability != "90"
+    ):
+        pytest.skip(f"{stage} needs compute capability {launcher.MIN_CC}")
+    return launcher
+
+
+def _check(launcher, a, b, **kwargs):
+    from deepgemm.check import verify
+
+    launch = launcher.plan(a, b, **kwargs)
+    return verify(launch, launch.out, a, b)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_matches_reference(stage, dtype):
+    from deepgemm.check import random_problem
+    from deepgemm.dtypes import input_dtype
+
+    launcher = _stage_or_skip(stage)
+    failures = []
+    for i, (m, n, k) in enumerate(SHAPES):
+        a, b = random_problem(m, n, k, input_dtype(dtype), seed=1000 + i)
+        stats = _check(launcher, a, b)
+        if not stats.passed:
+            failures.append(f"{m}x{n}x{k}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_takes_every_b_layout(stage):
+    """Row-major b (copied to K-major where the stage needs it), K-major b, and a K that TMA cannot stride."""
+    from deepgemm.check import random_problem
+    from deepgemm.dtypes import FLOAT16
+
+    launcher = _stage_or_skip(stage)
+    for m, n, k, k_major in ((200, 136, 96, False), (200, 136, 96, True), (77, 65, 45, True), (77, 65, 45, False)):
+        a, b = random_problem(m, n, k, FLOAT16, seed=k + m, b_k_major=k_major)
+        stats = _check(launcher, a, b)
+        assert stats.passed, f"{m}x{n}x{k} k_major={k_major}: {stats.summary()}"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_writes_into_given_out_with_row_stride(stage):
+    import cupy
+
+    from deepgemm.check import error_stats, poison, random_problem, reference
+    from deepgemm.dtypes import FLOAT16
+
+    launcher = _stage_or_skip(stage)
+    a, b = random_problem(96, 80, 64, FLOAT16, seed=7)
+    wide = cupy.zeros((96, 88), dtype=FLOAT16)
+    out = wide[:, :80]
+    poison(out)
+    result = launcher.gemm(a, b, out=out)
+    assert result.data.ptr == out.data.ptr
+    assert bool((wide[:, 80:] == 0).all()), "the kernel wrote past N into the padding"
+    assert error_stats(out, *reference(a, b), k=64).passed
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_rejects_bad_input(stage):
+    import cupy
+
+    from deepgemm.dtypes import BFLOAT16, FLOAT16
+
+    launcher = _stage_or_skip(stage)
+    a = cupy.ones((64, 32), dtype=FLOAT16)
+    with pytest.raises(ValueError, match="b has 31 rows but a has K = 32 columns"):
+        launcher.gemm(a, cupy.ones((31, 16), dtype=FLOAT16))
+    with pytest.raises(TypeError, match="a is float16 but b is bfloat16"):
+        launcher.gemm(a, cupy.ones((32, 16), dtype=BFLOAT16))
+    with pytest.raises(TypeError, match="float32"):
+        launcher.gemm(a.astype(cupy.float32), cupy.ones((32, 16), dtype=cupy.float32))
+    with pytest.raises(TypeError, match="host numpy"):
+        launcher.gemm(np.ones((64, 32), np.float16), cupy.ones((32, 16), dtype=FLOAT16))
+    with pytest.raises(ValueError, match="empty problem"):
+        launcher.gemm(cupy.ones((0, 32), dtype=FLOAT16), cupy.ones((32, 16), dtype=FLOAT16))
+    with pytest.raises(ValueError, match="out has shape"):
+        launcher.gemm(a, cupy.ones((32, 16), dtype=FLOAT16), out=cupy.empty((64, 15), dtype=FLOAT16))
+
+
+def test_torch_tensors_are_taken_without_copy():
+    torch = pytest.importorskip("torch")
+    from deepgemm.check import error_stats, reference
+
+    launcher = _stage_or_skip("v2_mma_sync")
+    for dtype in (torch.float16, torch.bfloat16):
+        a = torch.rand(130, 72, device="cuda", dtype=dtype) * 2 - 1
+        b = (torch.rand(96, 72, device="cuda", dtype=dtype) * 2 - 1).T
+        out = launcher.gemm(a, b)
+        import cupy
+
+        ca, cb = cupy.from_dlpack(a), cupy.from_dlpack(b)
+        assert ca.data.ptr == a.data_ptr() and cb.data.ptr == b.data_ptr()
+        assert error_stats(out, *reference(ca, cb), k=72).passed
+
+
+def test_check_catches_an_unwritten_element():
+    """The poison works: a result with one element never written fails."""
+    import cupy
+
+    from deepgemm.check import error_stats, poison, random_problem, reference
+    from deepgemm.dtypes import FLOAT16
+
+    a, b = random_problem(64, 64, 64, FLOAT16, seed=3)
+    out = cupy.empty((64, 64), dtype=FLOAT16)
+    poison(out)
+    full = (a.astype(cupy.float32) @ b.astype(cupy.float32)).astype(FLOAT16)
+    out[:] = full
+    assert error_stats(out, *reference(a, b), k=64).passed
+    poison(out[5:6, 7:8])
+    stats = error_stats(out, *reference(a, b), k=64)
+    assert not stats.passed and stats.nonfinite == 1
+    out[:] = full
+    out[9, 9] += 0.25
+    assert not error_stats(out, *reference(a, b), k=64).passed
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu", None])
+@pytest.mark.parametrize("out_dtype", ["fp16", "bf16", "fp32"])
+def test_v5_fused_epilogue_matches_reference(activation, out_dtype):
+    import cupy
+
+    from deepgemm.check import error_stats, poison, random_problem, reference
+    from deepgemm.dtypes import BFLOAT16, OUTPUT_DTYPES
+
+    launcher = _stage_or_skip("v5_fused")
+    for i, (m, n, k) in enumerate(((129, 300, 136), (256, 512, 1024), (17, 3, 40))):
+        a, b = random_problem(m, n, k, BFLOAT16, seed=50 + i)
+        bias = cupy.random.default_rng(i).random(n, dtype=cupy.float32) * 2 - 1
+        launch = launcher.plan(a, b, bias=bias, alpha=0.5, activation=activation, out_dtype=OUTPUT_DTYPES[out_dtype])
+        poison(launch.out)
+        launch()
+        stats = error_stats(launch.out, *reference(a, b, alpha=0.5, bias=bias, activation=activation), k=k)
+        assert stats.passed, f"{m}x{n}x{k} {activation} {out_dtype}: {stats.summary()}"
+
+
+def test_library_gemm_runs_v5_with_config_checks():
+    import cupy
+
+    import deepgemm
+    from deepgemm.check import error_stats, random_problem, reference
+    from deepgemm.dtypes import FLOAT16
+
+    _stage_or_skip("v5_fused")
+    a, b = random_problem(300, 200, 96, FLOAT16, seed=11, b_k_major=False)
+    assert error_stats(deepgemm.gemm(a, b), *reference(a, b), k=96).passed
+    with pytest.raises(ValueError, match="shared memory per block"):
+        deepgemm.gemm(a, b, config=deepgemm.GemmConfig(num_stages=6))
+    with pytest.raises(ValueError, match="BLOCK_K = 32 must be one of"):
+        deepgemm.gemm(a, b, config=deepgemm.GemmConfig(block_k=32))
+    with pytest.raises(ValueError, match="bias has shape"):
+        deepgemm.gemm(a, b, bias=cupy.zeros(3, dtype=cupy.float32))
+    with pytest.raises(ValueError, match="activation 'tanh'"):
+        deepgemm.gemm(a, b, activation="tanh")

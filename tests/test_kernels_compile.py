@@ -1,0 +1,85 @@
+"""Every stage compiles through NVRTC (the JIT's compiler) with its launcher's defaults, and ptxas's report
+and the SASS hold what the stage claims. No GPU needed."""
+
+from __future__ import annotations
+
+import pytest
+from kernels import PORTABLE_STAGES, TENSOR_CORE_STAGES, compiled, launcher_defines, sass
+
+from deepgemm.stages import STAGES
+
+MAX_REGISTERS = 255  # the per-thread hardware limit; beyond it ptxas spills
+REGISTER_FILE = 65536  # 32-bit registers per SM: a block's threads x registers must fit
+THREADS = {  # threads per block of each stage's default config, as its launcher launches it
+    "v0_naive": 256,
+    "v1_tiled": 256,
+    "v2_mma_sync": 256,
+    "v3_wgmma_tma": 256,
+    "v4_pipeline_swizzle": 384,
+    "v5_fused": 384,
+}
+
+BUILDS = [(s, bf16, "sm_90a") for s in STAGES for bf16 in (False, True)]
+BUILDS += [(s, bf16, "sm_80") for s in PORTABLE_STAGES for bf16 in (False, True)]
+
+
+@pytest.mark.parametrize(("stage", "bf16", "arch"), BUILDS)
+def test_compiles_without_spills(stage, bf16, arch):
+    report = compiled(stage, launcher_defines(stage, bf16), arch)
+    assert report.spill_stores == 0 and report.spill_loads == 0, report.log
+    assert report.stack_bytes == 0, f"{stage} keeps an array in local memory:\n{report.log}"
+    assert 0 < report.registers <= MAX_REGISTERS
+    assert report.registers * THREADS[stage] <= REGISTER_FILE, f"{stage} cannot fit one block per SM"
+
+
+@pytest.mark.parametrize("stage", TENSOR_CORE_STAGES)
+def test_hopper_stages_refuse_plain_sm_80(stage):
+    with pytest.raises(RuntimeError, match="failed to compile"):
+        compiled(stage, launcher_defines(stage, False), "sm_80")
+
+
+def test_v5_compiles_every_epilogue():
+    for activation in range(5):
+        for out_dtype in range(3):
+            defines = launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=activation, OUT_DTYPE=out_dtype)
+            report = compiled("v5_fused", defines)
+            assert report.spill_stores == 0 and report.stack_bytes == 0, (activation, out_dtype, report.log)
+
+
+def _has(stage: str, bf16: bool, instruction: str) -> bool:
+    return instruction in sass(stage, launcher_defines(stage, bf16))
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("stage", ["v0_naive", "v1_tiled"])
+def test_cuda_core_stages_use_no_tensor_cores(stage, bf16):
+    for instruction in ("HMMA", "HGMMA", "LDSM"):
+        assert not _has(stage, bf16, instruction), f"{stage} uses {instruction}"
+    assert _has(stage, bf16, "FFMA")
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_v1_loads_16_bytes_at_a_time(bf16):
+    assert _has("v1_tiled", bf16, "LDG.E.128")
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_v2_sass_uses_mma_sync_ldmatrix_and_cp_async(bf16):
+    for instruction in ("HMMA.16816.F32", "LDSM.16.M88.4", "LDGSTS"):
+        assert _has("v2_mma_sync", bf16, instruction), instruction
+    assert not _has("v2_mma_sync", bf16, "HGMMA")
+
+
+HOPPER_SASS = {
+    "v3_wgmma_tma": ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS"),
+    "v4_pipeline_swizzle": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG"),
+    "v5_fused": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG"),
+}
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("stage", TENSOR_CORE_STAGES)
+def test_hopper_sass_uses_wgmma_tma_and_mbarriers(stage, bf16):
+    for instruction in HOPPER_SASS[stage]:
+        assert _has(stage, bf16, instruction), f"{stage} lacks {instruction}"
+    assert not _has(stage, bf16, "HMMA.16816"), f"{stage} fell back to mma.sync"
