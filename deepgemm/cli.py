@@ -22,9 +22,19 @@ def gpu_available() -> bool:
         return False
 
 
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'4096' -> (4096, 4096, 4096); '129x200x72' -> (129, 200, 72)."""
+    parts = [int(x) for x in text.lower().split("x")]
+    if len(parts) == 1:
+        return parts[0], parts[0], parts[0]
+    if len(parts) != 3:
+        raise ValueError(f"a shape is N or MxNxK, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
 def _shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     if args.shapes:
-        return [(s, s, s) for s in (int(x) for x in args.shapes.split(","))]
+        return [parse_shape(x) for x in args.shapes.split(",")]
     return [(args.m, args.n or args.m, args.k or args.m)]
 
 
@@ -36,7 +46,7 @@ def _add_problem_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--m", type=int, default=DEFAULT_SHAPE)
     parser.add_argument("--n", type=int, default=None, help="default: M")
     parser.add_argument("--k", type=int, default=None, help="default: M")
-    parser.add_argument("--shapes", default=None, help="square shapes instead of --m/--n/--k, e.g. 4096,8192")
+    parser.add_argument("--shapes", default=None, help="shapes instead of --m/--n/--k, e.g. 4096,8192 or 129x200x72")
     parser.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds idle between timed rows")
 
@@ -130,12 +140,13 @@ def cmd_run_once(args: argparse.Namespace) -> int:
     from deepgemm.check import random_problem
     from deepgemm.dtypes import input_dtype
 
-    m, n, k = _shapes(args)[0]
-    a, b = random_problem(m, n, k, input_dtype(args.dtype), seed=0)
-    launch = stages.load(args.stage).plan(a, b)
-    launch()
-    launch()
-    cupy.cuda.Device().synchronize()
+    for stage in parse_stages(args.stage):
+        for m, n, k in _shapes(args):
+            a, b = random_problem(m, n, k, input_dtype(args.dtype), seed=0)
+            launch = stages.load(stage).plan(a, b)
+            launch()
+            launch()
+            cupy.cuda.Device().synchronize()
     return 0
 
 
@@ -176,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(profile)
     profile.set_defaults(run=cmd_profile)
     once = sub.add_parser("run-once", help="two launches of one stage (the target ncu profiles)")
-    once.add_argument("--stage", required=True)
+    once.add_argument("--stage", required=True, help="one or more, e.g. v3,v4,v5")
     _add_problem_args(once)
     once.set_defaults(run=cmd_run_once)
     diff = sub.add_parser("diff", help="what a stage changes in the kernel")

@@ -62,5 +62,11 @@ class KernelLaunch:
         return self.out
 
 
+def require_smem(dynamic_bytes: int, static_bytes: int = 0) -> None:
+    """ValueError before compiling when a config's shared memory exceeds what one block may use."""
+    limit = device_limits(cupy.cuda.Device().id)["smem_per_block_optin"]
+    require_at_most("shared memory (dynamic + static)", dynamic_bytes + static_bytes, limit, "shared memory per block")
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)

@@ -59,6 +59,28 @@ def operand_traffic_bytes(
     return (m * k * math.ceil(n / block_n) + k * n * math.ceil(m / block_m)) * bytes_per_element
 
 
+def grouped_tile(index: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
+    """(tile_m, tile_n) of the index-th tile in v4/v5's launch order: GROUP_M tile rows walked column by
+    column (the kernels' `grouped_tile`); group_m <= 1 is plain row-major order."""
+    if group_m <= 1:
+        return divmod(index, tiles_n)
+    group_tiles = group_m * tiles_n
+    first_m = index // group_tiles * group_m
+    rows = min(tiles_m - first_m, group_m)
+    return first_m + index % group_tiles % rows, index % group_tiles // rows
+
+
+def wave_operand_bytes(
+    m: int, n: int, k: int, block_m: int, block_n: int, ctas: int, group_m: int, bytes_per_element: int = 2
+) -> int:
+    """Bytes of A and B that the first `ctas` tiles (the ones running together) read between them: their
+    distinct row blocks of A and column blocks of B. Less means more of the wave's reads hit in L2."""
+    tiles_m, tiles_n = math.ceil(m / block_m), math.ceil(n / block_n)
+    tiles = [grouped_tile(i, tiles_m, tiles_n, group_m) for i in range(min(ctas, tiles_m * tiles_n))]
+    a_blocks, b_blocks = len({tm for tm, _ in tiles}), len({tn for _, tn in tiles})
+    return (a_blocks * block_m + b_blocks * block_n) * k * bytes_per_element
+
+
 def roof_tflops(intensity: float, peak_tflops: float, bandwidth_tbs: float = HBM_TBS) -> float:
     """The roofline: the most TFLOP/s a kernel of this arithmetic intensity (FLOP/byte) can reach."""
     return min(peak_tflops, bandwidth_tbs * intensity)
@@ -256,6 +278,18 @@ NUMERICS_COLUMNS = (
     ("p999_abs", "p99.9 abs", 5),
     ("nonfinite", "non-finite", 0),
     ("passed", "passed", 0),
+)
+
+
+CLOCK_COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("tflops", "TFLOP/s", 1),
+    ("sm_clock_mhz", "SM MHz", 0),
+    ("power_w", "W", 0),
+    ("pct_peak", "% peak", 1),
+    ("pct_peak_at_clock", "% peak@clk", 1),
 )
 
 

@@ -72,7 +72,9 @@ def load(name: str, directory: Path = RESULTS_DIR) -> dict[str, Any]:
     """A recorded run; FileNotFoundError names the file and how to make it."""
     path = directory / f"{name}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no recorded results at {path}: run `python -m deepgemm bench --suite {name} --record` on a GPU")
+        raise FileNotFoundError(
+            f"no recorded results at {path}: run `python -m deepgemm bench --suite {name} --record` on a GPU"
+        )
     record = json.loads(path.read_text())
     if "provenance" not in record or "rows" not in record:
         raise ValueError(f"{path} is not a recorded run (it needs 'provenance' and 'rows')")

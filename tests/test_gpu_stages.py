@@ -173,7 +173,7 @@ def test_library_gemm_runs_v5_with_config_checks():
     _stage_or_skip("v5_fused")
     a, b = random_problem(300, 200, 96, FLOAT16, seed=11, b_k_major=False)
     assert error_stats(deepgemm.gemm(a, b), *reference(a, b), k=96).passed
-    with pytest.raises(ValueError, match="shared memory per block"):
+    with pytest.raises(ValueError, match="exceeds the GPU's shared memory per block"):
         deepgemm.gemm(a, b, config=deepgemm.GemmConfig(num_stages=6))
     with pytest.raises(ValueError, match="BLOCK_K = 32 must be one of"):
         deepgemm.gemm(a, b, config=deepgemm.GemmConfig(block_k=32))

@@ -71,6 +71,22 @@ def test_naive_traffic_rereads_b_m_times_and_tiles_divide_it():
     assert plots.operand_traffic_bytes(100, 100, 8, 64, 64, 1) == (100 * 8 * 2 + 8 * 100 * 2)
 
 
+def test_grouped_tile_order_walks_group_columns_and_covers_every_tile_once():
+    tiles_m, tiles_n = 5, 3  # a last group shorter than GROUP_M
+    order = [plots.grouped_tile(i, tiles_m, tiles_n, 2) for i in range(tiles_m * tiles_n)]
+    assert order[:4] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert order[-3:] == [(4, 0), (4, 1), (4, 2)]
+    assert sorted(order) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
+    assert [plots.grouped_tile(i, 2, 3, 1) for i in range(4)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+
+
+def test_grouped_order_reads_less_per_wave_than_row_major_on_wide_problems():
+    # 8 tiles running together on a 16 x 32 grid of 1 x 1 tiles, k = 1, 1-byte elements:
+    # row-major touches 1 row and 8 columns, groups of 4 rows touch 4 rows and 2 columns
+    assert plots.wave_operand_bytes(16, 32, 1, 1, 1, 8, 1, 1) == 1 + 8
+    assert plots.wave_operand_bytes(16, 32, 1, 1, 1, 8, 4, 1) == 4 + 2
+
+
 def test_roof_is_memory_bound_below_the_ridge_and_flat_above():
     ridge = plots.ridge_intensity(989.4, 4.8)
     assert ridge == pytest.approx(989.4 / 4.8)

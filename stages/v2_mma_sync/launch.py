@@ -13,7 +13,7 @@ import numpy as np
 from deepgemm.config import GemmConfig, require_in, require_multiple, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div
+from deepgemm.launch import KernelLaunch, ceil_div, require_smem
 from deepgemm.operands import check_problem, k_major_operands, leading_dim, require_gpu
 
 STAGE = "v2_mma_sync"
@@ -28,6 +28,7 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_in(cfg, "BLOCK_K", (32, 64), "the shared-memory swizzle is written for 64- and 128-byte rows")
     require_multiple(cfg, "BLOCK_M", 16 * cfg.value("WARPS_M"), "each warp owns whole m16 fragments")
     require_multiple(cfg, "BLOCK_N", 16 * cfg.value("WARPS_N"), "each warp owns whole pairs of n8 fragments")
+    require_smem(tile_smem_bytes(cfg))
     a_k, b_k, k = k_major_operands(p)
     kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})
     args = (a_k, b_k, p.out, *(np.int32(v) for v in (p.m, p.n, k, *map(leading_dim, (a_k, b_k, p.out)))))

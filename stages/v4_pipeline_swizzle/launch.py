@@ -15,7 +15,7 @@ import numpy as np
 from deepgemm.config import GemmConfig, require_in, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div
+from deepgemm.launch import KernelLaunch, ceil_div, require_smem
 from deepgemm.operands import check_problem, k_major_operands, leading_dim, require_gpu
 from deepgemm.tma import operand_maps
 
@@ -35,6 +35,7 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_in(cfg, "BLOCK_N", (256,), "the kernel issues wgmma m64n256k16")
     require_in(cfg, "BLOCK_K", (64,), "one 128-byte swizzle row of 2-byte elements")
     require_in(cfg, "BOX_K", (64,), "one box spans the whole 128-byte swizzle row")
+    require_smem(tile_smem_bytes(cfg) + ALIGN_SLACK_BYTES)
     a_k, b_k, k = k_major_operands(p)
     tma_a, tma_b = operand_maps(a_k, b_k, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cfg.value("BOX_K"), SWIZZLE_BYTES)
     kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})

@@ -14,7 +14,7 @@ from deepgemm.config import GemmConfig, require_in, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div, device_limits
+from deepgemm.launch import KernelLaunch, ceil_div, device_limits, require_smem
 from deepgemm.operands import bias_vector, check_problem, k_major_operands, leading_dim, require_gpu
 from deepgemm.tma import operand_maps
 
@@ -23,6 +23,7 @@ MIN_CC = (9, 0)
 THREADS = 384  # one producer warpgroup and two consumer warpgroups
 SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
 ALIGN_SLACK_BYTES = 1024  # the kernel rounds its buffers up to a 1024-byte boundary
+EPILOGUE_SMEM_BYTES = 2 * 4 * 2304  # static: each consumer warp's 16-row staging buffer (EPI_BYTES)
 DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 8})
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
@@ -53,6 +54,7 @@ def plan(
     require_in(cfg, "BLOCK_N", (256,), "the kernel issues wgmma m64n256k16")
     require_in(cfg, "BLOCK_K", (64,), "one 128-byte swizzle row of 2-byte elements")
     require_in(cfg, "BOX_K", (64,), "one box spans the whole 128-byte swizzle row")
+    require_smem(tile_smem_bytes(cfg) + ALIGN_SLACK_BYTES, EPILOGUE_SMEM_BYTES)
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     a_k, b_k, k = k_major_operands(p)
     tma_a, tma_b = operand_maps(a_k, b_k, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cfg.value("BOX_K"), SWIZZLE_BYTES)
