@@ -7,7 +7,9 @@ and the command that produced it, so every number in the README and the notebook
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -20,7 +22,13 @@ RESULTS_DIR = REPO / "results" / "h200"
 
 
 def git_commit() -> str:
-    """The commit the code ran at; '+dirty' when the work tree had uncommitted changes."""
+    """The commit the code ran at; '+dirty' when the work tree had uncommitted changes.
+
+    Where the tree was copied without its .git (the H200 machine), the caller passes the commit in
+    DEEPGEMM_COMMIT and the source digest below ties the numbers to the files that actually ran.
+    """
+    if os.environ.get("DEEPGEMM_COMMIT"):
+        return os.environ["DEEPGEMM_COMMIT"]
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
@@ -31,6 +39,21 @@ def git_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
+
+
+def source_digest() -> str:
+    """SHA-256 over the harness and stage sources (kernels and launchers), in path order."""
+    digest = hashlib.sha256()
+    for path in sorted([*REPO.glob("deepgemm/*.py"), *REPO.glob("stages/*/*.cu"), *REPO.glob("stages/*/*.py")]):
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _command_line() -> list[str]:
+    argv = list(sys.argv)
+    if argv and argv[0].endswith("__main__.py"):
+        return ["python", "-m", Path(argv[0]).parent.name, *argv[1:]]
+    return ["python", *argv]
 
 
 def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
@@ -56,7 +79,8 @@ def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
         "cupy": cupy.__version__,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": git_commit(),
-        "command": shlex.join(command if command is not None else ["python", *sys.argv]),
+        "source_digest": source_digest(),
+        "command": shlex.join(command if command is not None else _command_line()),
     }
 
 

@@ -5,6 +5,8 @@
 # Everything lands in results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+# The device gets the work tree without .git: pass the commit, e.g. DEEPGEMM_COMMIT=$(git rev-parse HEAD)
+export DEEPGEMM_COMMIT=${DEEPGEMM_COMMIT:-unknown}
 part=${1:-bench}
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
 if [ "$part" = bench ]; then

@@ -8,7 +8,7 @@ shapes=${SHAPES:-256,129x200x72}
 mkdir -p "$(dirname "$log")"
 {
   echo "# compute-sanitizer on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse HEAD 2>/dev/null)"
+  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit ${DEEPGEMM_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
   echo "# $(compute-sanitizer --version | tail -1)"
   echo "# stages $stages, shapes $shapes (MxNxK), fp16, two launches each"
 } > "$log"
