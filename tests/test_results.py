@@ -1,0 +1,92 @@
+"""Recorded results: their shape, their provenance, and that the README shows exactly what was recorded."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import HAVE_GPU
+
+from deepgemm import results
+from deepgemm.stages import STAGES
+
+REQUIRED_ROW = ("stage", "dtype", "m", "n", "k", "tflops", "cublas_tflops", "max_abs_err", "rel_err", "sm_clock_mhz")
+REQUIRED_PROVENANCE = ("gpu", "driver", "cuda", "date", "commit", "command")
+
+
+@pytest.fixture(scope="module")
+def progression():
+    return results.load("progression")
+
+
+def test_progression_covers_every_stage_and_dtype_at_4096(progression):
+    seen = {(r["stage"], r["dtype"]) for r in progression["rows"] if (r["m"], r["n"], r["k"]) == (4096, 4096, 4096)}
+    for dtype in ("fp16", "bf16"):
+        for stage in (*STAGES, "cublas"):
+            assert (stage, dtype) in seen, f"no recorded {stage} {dtype} row at 4096^3"
+
+
+def test_recorded_rows_are_verified_and_complete(progression):
+    for row in progression["rows"]:
+        assert row["passed"] and row["nonfinite"] == 0, row["stage"]
+        for key in REQUIRED_ROW:
+            if key == "cublas_tflops" and row["stage"] == "cublas":
+                continue
+            assert row.get(key) is not None, f"{row['stage']} lacks {key}"
+        assert row["tflops"] > 0
+
+
+def test_recorded_ratios_agree_with_the_rates(progression):
+    for row in progression["rows"]:
+        if row["stage"] != "cublas":
+            assert row["x_cublas"] == pytest.approx(row["tflops"] / row["cublas_tflops"])
+            flops = 2 * row["m"] * row["n"] * row["k"]
+            assert row["tflops"] == pytest.approx(flops / (row["ms"] * 1e-3) / 1e12)
+
+
+def test_provenance_names_gpu_commit_and_command(progression):
+    prov = progression["provenance"]
+    for key in REQUIRED_PROVENANCE:
+        assert prov.get(key), key
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["commit"]), prov["commit"]
+    assert prov["command"].startswith("python -m deepgemm bench")
+
+
+def test_readme_table_is_the_recorded_one(progression):
+    readme = (results.REPO / "README.md").read_text()
+    block = re.search(r"<!-- progression:start -->(.*)<!-- progression:end -->", readme, re.S)
+    assert block, "README.md lost its progression markers"
+    assert results.markdown_table(progression["rows"]) in block.group(1)
+    assert progression["provenance"]["commit"][:12] in block.group(1)
+
+
+def test_every_recorded_file_has_provenance():
+    for path in results.RESULTS_DIR.glob("*.json"):
+        record = json.loads(path.read_text())
+        assert set(REQUIRED_PROVENANCE) <= set(record["provenance"]), path.name
+        assert record["rows"], path.name
+
+
+def test_load_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="bench --suite nothing --record"):
+        results.load("nothing", directory=tmp_path)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    rows = [{"stage": "v9", "dtype": "fp16", "m": 1, "n": 2, "k": 3, "tflops": 1.5}]
+    results.save("x", rows, {"gpu": "G", "driver": "D", "cuda": "C", "date": "T", "commit": "abc"}, tmp_path)
+    assert results.load("x", tmp_path)["rows"] == rows
+    assert "1x2x3" in results.format_table(rows) and "1.5" in results.format_table(rows)
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="with a GPU, make bench measures instead of printing the record")
+def test_bench_without_gpu_prints_the_record_and_says_so():
+    out = subprocess.run(
+        [sys.executable, "-m", "deepgemm", "bench"], capture_output=True, text=True, check=True, cwd=results.REPO
+    ).stdout
+    first = out.splitlines()[0]
+    assert first.startswith("RECORDED results (no GPU here): NVIDIA H200")
+    assert "v5_fused" in out and "cublas" in out
