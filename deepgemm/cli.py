@@ -108,7 +108,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_table(args: argparse.Namespace) -> int:
     """The recorded progression as the Markdown table the README carries."""
     record = results.load(args.name)
-    print(results.markdown_table(record["rows"]))
+    rows = record["rows"]
+    if args.stage:
+        stage = stage_name(args.stage)
+        shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows if r["stage"] == stage}
+        rows = [r for r in rows if r["stage"] in (stage, "cublas") and (r["dtype"], r["m"], r["n"], r["k"]) in shapes]
+    print(results.markdown_table(rows))
     return 0
 
 
@@ -179,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=cmd_bench)
     table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")
     table.add_argument("--name", default="progression")
+    table.add_argument("--stage", default=None, help="only this stage's rows and cuBLAS's beside them")
     table.set_defaults(run=cmd_table)
     sub.add_parser("info", help="the GPU and software this would measure on").set_defaults(run=cmd_info)
     profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")
