@@ -110,9 +110,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     record = results.load(args.name)
     rows = record["rows"]
     if args.stage:
-        stage = stage_name(args.stage)
-        shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows if r["stage"] == stage}
-        rows = [r for r in rows if r["stage"] in (stage, "cublas") and (r["dtype"], r["m"], r["n"], r["k"]) in shapes]
+        rows = results.stage_rows(rows, stage_name(args.stage))
     print(results.markdown_table(rows))
     return 0
 

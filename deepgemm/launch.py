@@ -10,8 +10,13 @@ from dataclasses import dataclass
 from functools import cache
 
 import cupy
+import numpy as np
 
-from deepgemm.config import require_at_most
+from deepgemm.config import GemmConfig, require_at_most, tile_smem_bytes
+from deepgemm.dtypes import dtype_defines
+from deepgemm.jit import get_kernel
+from deepgemm.operands import Problem, k_major_operands, leading_dim
+from deepgemm.tma import operand_maps
 
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -70,3 +75,37 @@ def require_smem(dynamic_bytes: int, static_bytes: int = 0) -> None:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+ALIGN_SLACK_BYTES = 1024  # the TMA stages round their buffers up to a 1024-byte boundary (swizzle atoms)
+
+
+def tma_gemm_launch(
+    stage: str,
+    problem: Problem,
+    cfg: GemmConfig,
+    *,
+    swizzle_bytes: int,
+    threads: int,
+    persistent: bool = False,
+    epilogue_args: tuple = (),
+    epilogue_defines: dict[str, int] | None = None,
+    static_smem_bytes: int = 0,
+    keep_alive: tuple = (),
+) -> KernelLaunch:
+    """What v3-v5 share: K-major operands, their tensor maps, the kernel, a 1-D grid of output tiles
+    (at most one CTA per SM when `persistent`), and the pipeline's shared memory."""
+    dynamic_smem = tile_smem_bytes(cfg) + ALIGN_SLACK_BYTES
+    require_smem(dynamic_smem, static_smem_bytes)
+    a_k, b_k, k = k_major_operands(problem)
+    block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
+    tma_a, tma_b = operand_maps(a_k, b_k, block_m, block_n, cfg.value("BOX_K"), swizzle_bytes)
+    defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **(epilogue_defines or {})}
+    kernel = get_kernel(stage, defines)
+    sizes = (np.int32(v) for v in (problem.m, problem.n, k, leading_dim(problem.out)))
+    args = (tma_a, tma_b, problem.out, *epilogue_args, *sizes)
+    tiles = ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
+    grid = min(tiles, device_limits(problem.out.device.id)["sm_count"]) if persistent else tiles
+    return KernelLaunch(
+        kernel, (grid,), (threads,), args, problem.out, dynamic_smem, keep_alive=(a_k, b_k, *keep_alive)
+    )

@@ -170,3 +170,9 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
         shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"}
         lines.append("| " + " | ".join(_cell(shaped.get(key), digits) for key, _, digits in columns) + " |")
     return "\n".join(lines)
+
+
+def stage_rows(rows: Sequence[dict[str, Any]], stage: str) -> list[dict[str, Any]]:
+    """One stage's rows and the cuBLAS rows measured beside them (same dtype and shape)."""
+    shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows if r["stage"] == stage}
+    return [r for r in rows if r["stage"] in (stage, "cublas") and (r["dtype"], r["m"], r["n"], r["k"]) in shapes]

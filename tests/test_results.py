@@ -63,6 +63,12 @@ def test_readme_table_is_the_recorded_one(progression):
     assert progression["provenance"]["commit"][:12] in block.group(1)
 
 
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_readme_table_is_the_recorded_one(progression, stage):
+    readme = (results.REPO / "stages" / stage / "README.md").read_text()
+    assert results.markdown_table(results.stage_rows(progression["rows"], stage)) in readme
+
+
 def test_every_recorded_file_has_provenance():
     for path in results.RESULTS_DIR.glob("*.json"):
         record = json.loads(path.read_text())
