@@ -55,6 +55,7 @@ SUITES = {
     "progression": "every stage and cuBLAS",
     "raster": "v4 with and without the grouped tile order (GROUP_M 8 vs 1)",
     "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
+    "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 1, 8, 16)",
 }
 
 

@@ -47,6 +47,16 @@ def test_recorded_ratios_agree_with_the_rates(progression):
             assert row["tflops"] == pytest.approx(flops / (row["ms"] * 1e-3) / 1e12)
 
 
+def test_kernels_are_the_ones_recorded(progression):
+    """The recorded numbers stay valid only while the kernels and the timing code are those that ran."""
+    commit = progression["provenance"]["commit"]
+    paths = ["stages/*/kernel.cu", "deepgemm/bench.py"]
+    proc = subprocess.run(["git", "diff", "--quiet", commit, "--", *paths], cwd=results.REPO, capture_output=True)
+    if proc.returncode not in (0, 1):
+        pytest.skip(f"git cannot compare with the recorded commit {commit[:12]} here")
+    assert proc.returncode == 0, f"kernels or timing changed since {commit[:12]}: record the progression again"
+
+
 def test_provenance_names_gpu_commit_and_command(progression):
     prov = progression["provenance"]
     for key in REQUIRED_PROVENANCE:
