@@ -63,23 +63,31 @@ def _log(line: str) -> None:
     print(line, flush=True)
 
 
-def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
+TILE_ORDER_SWEEPS = {"raster": ("v4_pipeline_swizzle", (8, 1)), "v5_group_m": ("v5_fused", (8, 1, 16))}
+
+
+def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], dtype: str, settle: float) -> list[dict]:
     from deepgemm import bench
     from deepgemm.config import GemmConfig
 
+    m, n, k = shape
+    if suite == "progression":
+        return bench.bench_shape(stages, m, n, k, dtype, settle_s=settle, log=_log)
+    if suite in TILE_ORDER_SWEEPS:
+        stage, group_sizes = TILE_ORDER_SWEEPS[suite]
+        configs = {f"GROUP_M={g}": GemmConfig(extra={"GROUP_M": g}) for g in group_sizes}
+        return bench.bench_configs(stage, configs, m, n, k, dtype, settle_s=settle, log=_log)
+    if suite == "epilogue":
+        return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=_log)
+    raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
+
+
+def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
     rows: list[dict] = []
-    for m, n, k in _shapes(args):
+    for shape in _shapes(args):
         for dtype in _dtypes(args.dtype):
-            _log(f"{suite} {m}x{n}x{k} {dtype}:")
-            if suite == "progression":
-                rows += bench.bench_shape(stages, m, n, k, dtype, settle_s=args.settle, log=_log)
-            elif suite == "raster":
-                configs = {"GROUP_M=8": GemmConfig(extra={"GROUP_M": 8}), "GROUP_M=1": GemmConfig(extra={"GROUP_M": 1})}
-                rows += bench.bench_configs(
-                    "v4_pipeline_swizzle", configs, m, n, k, dtype, settle_s=args.settle, log=_log
-                )
-            else:
-                rows += bench.bench_epilogue(m, n, k, dtype, settle_s=args.settle, log=_log)
+            _log(f"{suite} {'x'.join(map(str, shape))} {dtype}:")
+            rows += _run_suite(suite, stages, shape, dtype, args.settle)
     return rows
 
 

@@ -41,3 +41,12 @@ def test_require_in_and_at_most():
         require_in(DEFAULTS, "BLOCK_M", (64,), "one warpgroup")
     with pytest.raises(ValueError, match="shared memory per block of 232448"):
         require_at_most("dynamic shared memory", 300_000, 232_448, "shared memory per block")
+
+
+def test_every_bench_suite_is_dispatched():
+    """A suite name the dispatcher does not know must fail, not fall through to another suite."""
+    from deepgemm import cli
+
+    with pytest.raises(ValueError, match="unknown suite 'nope'"):
+        cli._run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
+    assert set(cli.TILE_ORDER_SWEEPS) | {"progression", "epilogue"} == set(cli.SUITES)
