@@ -35,20 +35,31 @@ def as_device_array(x: Any, name: str) -> cupy.ndarray:
     raise TypeError(f"{name} is a {type(x).__name__}; pass a CuPy array or a CUDA tensor")
 
 
-def require_gpu(min_cc: tuple[int, int], stage: str) -> None:
-    """RuntimeError unless a CUDA GPU of at least compute capability `min_cc` is current."""
+def require_gpu(min_cc: tuple[int, int], stage: str, *, exact: bool = False) -> None:
+    """RuntimeError unless a CUDA GPU of compute capability `min_cc` (or newer, unless `exact`) is current.
+
+    `exact` is for the sm_90a stages: wgmma and setmaxnreg exist on Hopper (9.0) alone, not on later chips.
+    """
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as err:
         raise RuntimeError(f"{stage} needs a CUDA GPU and none is usable here ({err})") from None
     if count == 0:
         raise RuntimeError(f"{stage} needs a CUDA GPU and none is visible")
-    major, minor = compute_capability()
-    if (major, minor) < min_cc:
-        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
-        raise RuntimeError(
-            f"{stage} needs compute capability {min_cc[0]}.{min_cc[1]} or newer; {name} is {major}.{minor}"
-        )
+    check_compute_capability(compute_capability(), device_name(), min_cc, stage, exact=exact)
+
+
+def check_compute_capability(
+    cc: tuple[int, int], name: str, min_cc: tuple[int, int], stage: str, *, exact: bool = False
+) -> None:
+    """RuntimeError naming the GPU when its compute capability `cc` cannot run the stage."""
+    if cc < min_cc or (exact and cc != min_cc):
+        wanted = f"exactly {min_cc[0]}.{min_cc[1]} (sm_90a, Hopper)" if exact else f"{min_cc[0]}.{min_cc[1]} or newer"
+        raise RuntimeError(f"{stage} needs compute capability {wanted}; {name} is {cc[0]}.{cc[1]}")
+
+
+def device_name() -> str:
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
 
 
 def compute_capability() -> tuple[int, int]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from deepgemm.dtypes import BFLOAT16, FLOAT16, dtype_defines, dtype_name, input_dtype
-from deepgemm.operands import as_device_array, padded_k
+from deepgemm.operands import as_device_array, check_compute_capability, padded_k
 from deepgemm.stages import parse_stages, stage_name
 
 
@@ -49,3 +49,21 @@ def test_stage_names():
     assert len(parse_stages("all")) == 6
     with pytest.raises(ValueError, match="unknown stage 'v9'"):
         stage_name("v9")
+
+
+@pytest.mark.parametrize(
+    ("cc", "min_cc", "exact", "message"),
+    [
+        ((8, 0), (9, 0), True, r"exactly 9\.0 \(sm_90a, Hopper\); Fake GPU is 8\.0"),
+        ((10, 0), (9, 0), True, r"exactly 9\.0 \(sm_90a, Hopper\); Fake GPU is 10\.0"),
+        ((7, 5), (8, 0), False, r"8\.0 or newer; Fake GPU is 7\.5"),
+    ],
+)
+def test_rejects_a_gpu_the_stage_cannot_run_on(cc, min_cc, exact, message):
+    with pytest.raises(RuntimeError, match=message):
+        check_compute_capability(cc, "Fake GPU", min_cc, "stage", exact=exact)
+
+
+def test_accepts_hopper_for_the_sm90a_stages_and_newer_gpus_for_the_portable_ones():
+    check_compute_capability((9, 0), "H200", (9, 0), "v5_fused", exact=True)
+    check_compute_capability((10, 0), "B200", (8, 0), "v2_mma_sync")

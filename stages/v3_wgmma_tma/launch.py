@@ -21,7 +21,7 @@ DEFAULTS = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=2, extra=
 
 
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
-    require_gpu(MIN_CC, STAGE)
+    require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     require_in(cfg, "BLOCK_M", (128,), "two consumer warpgroups x wgmma m64")

@@ -30,7 +30,7 @@ def check_config(cfg: GemmConfig) -> None:
 
 
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
-    require_gpu(MIN_CC, STAGE)
+    require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)

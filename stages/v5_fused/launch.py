@@ -47,7 +47,7 @@ def plan(
 ) -> KernelLaunch:
     """act(alpha * a @ b + bias): bias an optional vector of N, activation None / 'relu' / 'gelu' (erf) /
     'gelu_tanh' / 'gelu_erf' / 'silu', out_dtype float16, bfloat16 or float32 (default: the input's)."""
-    require_gpu(MIN_CC, STAGE)
+    require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out, out_dtype=out_dtype)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)
