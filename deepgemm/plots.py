@@ -5,7 +5,9 @@ the plots (arithmetic intensity, operand traffic, row selection, the profile tab
 are what the tests check; the plots only arrange their results.
 
 Rows are the dicts of results/h200/progression.json (bench rows) and results/h200/profile.json (profile
-rows, keyed as deepgemm.profile.METRICS); any value may be None.
+rows, keyed as deepgemm.profile.METRICS); any value may be None. The raster, v5_group_m and epilogue
+suites write bench rows too, with the setting or the epilogue in the stage name
+('v5_fused GROUP_M=1', 'v5_fused +bias +gelu_tanh', 'cublaslt +bias +gelu').
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -293,6 +296,89 @@ CLOCK_COLUMNS = (
 )
 
 
+VARIANT_COLUMNS = (
+    ("stage", "stage", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("tflops", "TFLOP/s", 1),
+    ("x_tflops", "x TFLOP/s", 3),
+    ("sm_clock_mhz", "SM MHz", 0),
+    ("x_clock", "x SM MHz", 3),
+    ("pct_peak_at_clock", "% peak@clk", 1),
+    ("x_at_clock", "x % peak@clk", 3),
+)
+
+
+def variant_value(stage: str, name: str = "GROUP_M") -> int | None:
+    """The setting a row's stage name carries: 'v5_fused GROUP_M=16' -> 16; None when it carries none."""
+    found = re.search(rf"(?:^|\s){re.escape(name)}=(-?\d+)(?:\s|$)", stage)
+    return int(found.group(1)) if found else None
+
+
+def _variant_key(row: Row, name: str) -> tuple[str, str, Shape]:
+    stage = row["stage"]
+    return re.sub(rf"\s*{re.escape(name)}=-?\d+", "", stage), row["dtype"], shape_of(row)
+
+
+def variant_table(rows: Iterable[Row], baseline: int, name: str = "GROUP_M", *, dtype: str | None = None) -> list[Row]:
+    """The rows that carry a setting (see `variant_value`), each with its TFLOP/s, SM clock and % of the peak
+    at that clock as ratios to the row of the same stage, dtype and shape at the `baseline` setting (None
+    where that is missing). The first ratio is the product of the other two.
+
+    Print it with `results.format_table(table, VARIANT_COLUMNS)`.
+    """
+    chosen = [row for row in rows_for(rows, dtype=dtype) if variant_value(row["stage"], name) is not None]
+    base = {_variant_key(row, name): row for row in chosen if variant_value(row["stage"], name) == baseline}
+    table = []
+    for row in chosen:
+        ref = base.get(_variant_key(row, name), {})
+        keys = {"x_tflops": "tflops", "x_clock": "sm_clock_mhz", "x_at_clock": "pct_peak_at_clock"}
+        ratios = {ratio: _ratio(row.get(key), ref.get(key), 1.0) for ratio, key in keys.items()}
+        table.append({**row, **ratios})
+    return table
+
+
+EPILOGUE_COLUMNS = (
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("plain", "v5", 1),
+    ("fused", "v5 fused", 1),
+    ("lt_fused", "cuBLASLt fused", 1),
+    ("cublas", "cuBLAS", 1),
+    ("fused_x_plain", "fused / v5", 3),
+    ("fused_x_lt", "fused / Lt fused", 3),
+    ("lt_x_cublas", "Lt fused / cuBLAS", 3),
+)
+
+
+def epilogue_table(rows: Iterable[Row], stage: str = "v5_fused") -> list[Row]:
+    """One line per dtype and shape of the epilogue suite: TFLOP/s of plain `stage`, `stage` with its fused
+    epilogue (the row named '<stage> +...'), cuBLASLt's fused epilogue ('cublaslt +...') and plain cuBLAS,
+    and three ratios: fused / plain, fused / cuBLASLt fused, cuBLASLt fused / cuBLAS.
+
+    Print it with `results.format_table(table, EPILOGUE_COLUMNS)`.
+    """
+    rows = list(rows)
+    table = []
+    for dtype in dict.fromkeys(row["dtype"] for row in rows):
+        for shape in shapes(rows_for(rows, dtype=dtype)):
+            here = rows_for(rows, dtype=dtype, shape=shape)
+
+            def rate(match: Any, here: list[Row] = here) -> float | None:
+                return next((_number(row.get("tflops")) for row in here if match(row["stage"])), None)
+
+            entry: Row = {"dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2]}
+            entry["plain"] = rate(lambda s: s == stage)
+            entry["fused"] = rate(lambda s: s.startswith(stage + " +"))
+            entry["lt_fused"] = rate(lambda s: s.startswith("cublaslt +"))
+            entry["cublas"] = rate(lambda s: s == CUBLAS)
+            entry["fused_x_plain"] = _ratio(entry["fused"], entry["plain"], 1.0)
+            entry["fused_x_lt"] = _ratio(entry["fused"], entry["lt_fused"], 1.0)
+            entry["lt_x_cublas"] = _ratio(entry["lt_fused"], entry["cublas"], 1.0)
+            table.append(entry)
+    return table
+
+
 def load_rows(name: str, directory: Path | None = None) -> tuple[list[Row], str]:
     """The rows of a recorded run and one line saying where they come from, or [] and 'no recorded <name> yet'."""
     directory = results.RESULTS_DIR if directory is None else directory
@@ -463,7 +549,7 @@ def roofline(
     ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"{dtype}: roofline, {peak:g} TFLOP/s and {bandwidth_tbs:g} TB/s")
-    ax.legend(loc="lower right", fontsize=8, ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # outside: it hides no point
     return fig
 
 
@@ -495,4 +581,36 @@ def stall_bars(
     ax.invert_yaxis()
     ax.set_xlabel("warps stalled per issued instruction")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    return fig
+
+
+def variant_plot(rows: Sequence[Row], dtype: str = "fp16", name: str = "GROUP_M") -> Figure:
+    """Three panels against a setting carried in the stage name (see `variant_value`): TFLOP/s, the SM clock
+    measured while it ran, and the % of the peak at that clock; one line per stage and shape."""
+    chosen = [row for row in rows_for(rows, dtype=dtype) if variant_value(row["stage"], name) is not None]
+    if not chosen:
+        return _empty(f"no recorded {dtype} rows with a {name} setting")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    values = sorted({variant_value(row["stage"], name) for row in chosen})
+    x_of = {v: i for i, v in enumerate(values)}
+    panels = (("tflops", "TFLOP/s"), ("sm_clock_mhz", "SM clock, MHz"), ("pct_peak_at_clock", "% of peak at clock"))
+    lines = dict.fromkeys(_variant_key(row, name) for row in chosen)
+    for j, (stage, _, shape) in enumerate(lines):
+        mine = sorted((row for row in chosen if _variant_key(row, name)[::2] == (stage, shape)),
+                      key=lambda row: variant_value(row["stage"], name))  # fmt: skip
+        xs = [x_of[variant_value(row["stage"], name)] for row in mine]
+        size = f"{shape[0]}^3" if len(set(shape)) == 1 else "x".join(map(str, shape))
+        for ax, (key, _) in zip(axes, panels):
+            ys = [_number(row.get(key)) for row in mine]
+            ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="os^D"[j % 4],
+                    color=_color(stage), ls="-" if j % 2 == 0 else "--", label=f"{_short(stage)} {size}")  # fmt: skip
+    for ax, (_, label) in zip(axes, panels):
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        ax.set_xlabel(name)
+        ax.set_title(label, fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{dtype}: tile order")
     return fig

@@ -182,3 +182,76 @@ def test_plots_of_no_rows_say_so_instead_of_failing():
     assert count_bars(fig) == 0
     assert any("no recorded profile yet" in t.get_text() for t in fig.axes[0].texts)
     assert count_bars(plots.progression_bars([], "fp16")) == 0
+
+
+def fake_variant_rows() -> list[dict]:
+    """SYNTHETIC GROUP_M rows (the raster and v5_group_m suites' naming) and a cuBLAS row beside them."""
+    rows = []
+    for stage, group, rate, clock in (
+        ("v5_fused", 8, 600.0, 1500.0),
+        ("v5_fused", 1, 540.0, 1350.0),
+        ("v5_fused", 16, 606.0, 1500.0),
+        ("v4_pipeline_swizzle", 1, 500.0, None),
+    ):
+        rows.append(
+            {
+                "stage": f"{stage} GROUP_M={group}",
+                "dtype": "fp16",
+                "m": 256,
+                "n": 256,
+                "k": 256,
+                "tflops": rate,
+                "sm_clock_mhz": clock,
+                "pct_peak_at_clock": 80.0,
+            }
+        )
+    rows.append({"stage": "cublas", "dtype": "fp16", "m": 256, "n": 256, "k": 256, "tflops": 650.0})
+    return rows
+
+
+def test_variant_value_reads_the_setting_from_the_stage_name():
+    assert plots.variant_value("v5_fused GROUP_M=16") == 16
+    assert plots.variant_value("v4_pipeline_swizzle GROUP_M=1 extra") == 1
+    assert plots.variant_value("v5_fused") is None and plots.variant_value("cublas") is None
+    assert plots.variant_value("v5_fused XGROUP_M=3") is None
+
+
+def test_variant_table_gives_ratios_to_the_baseline_of_the_same_stage():
+    table = plots.variant_table(fake_variant_rows(), 8, dtype="fp16")
+    assert [row["stage"] for row in table] == [r["stage"] for r in fake_variant_rows()[:4]]  # cuBLAS left out
+    by_stage = {row["stage"]: row for row in table}
+    assert by_stage["v5_fused GROUP_M=1"]["x_tflops"] == pytest.approx(0.9)
+    assert by_stage["v5_fused GROUP_M=1"]["x_clock"] == pytest.approx(0.9)
+    assert by_stage["v5_fused GROUP_M=1"]["x_at_clock"] == pytest.approx(1.0)
+    assert by_stage["v5_fused GROUP_M=8"]["x_tflops"] == pytest.approx(1.0)
+    assert by_stage["v4_pipeline_swizzle GROUP_M=1"]["x_tflops"] is None  # no v4 baseline recorded
+    assert len(results.format_table(table, plots.VARIANT_COLUMNS).splitlines()) == 2 + len(table)
+
+
+def test_epilogue_table_pairs_plain_fused_cublaslt_and_cublas():
+    base = {"dtype": "bf16", "m": 128, "n": 128, "k": 128}
+    rows = [
+        {**base, "stage": s, "tflops": t}
+        for s, t in (
+            ("v5_fused", 500.0),
+            ("v5_fused +bias +gelu_tanh", 450.0),
+            ("cublaslt +bias +gelu", 480.0),
+            ("cublas", 600.0),
+        )
+    ]
+    (line,) = plots.epilogue_table(rows)
+    assert (line["plain"], line["fused"], line["lt_fused"], line["cublas"]) == (500.0, 450.0, 480.0, 600.0)
+    assert line["fused_x_plain"] == pytest.approx(0.9) and line["fused_x_lt"] == pytest.approx(450 / 480)
+    assert line["lt_x_cublas"] == pytest.approx(0.8)
+    (partial,) = plots.epilogue_table(rows[:1])
+    assert partial["fused"] is None and partial["fused_x_plain"] is None
+
+
+def test_variant_plot_draws_one_point_per_setting_in_each_panel():
+    rows = fake_variant_rows()
+    fig = plots.variant_plot(rows, "fp16")
+    assert len(fig.axes) == 3
+    for ax in fig.axes:
+        assert sum(len(line.get_xdata()) for line in ax.lines) == 4  # the four GROUP_M rows, cuBLAS left out
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "8", "16"]
+    assert count_points(plots.variant_plot(rows, "bf16")) == 0 and not plots.variant_plot(rows, "bf16").axes[0].lines
