@@ -56,6 +56,7 @@ SUITES = {
     "raster": "v4 with and without the grouped tile order (GROUP_M 8 vs 1)",
     "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
     "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 1, 8, 16)",
+    "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
 }
 
 
@@ -79,6 +80,8 @@ def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], d
         return bench.bench_configs(stage, configs, m, n, k, dtype, settle_s=settle, log=_log)
     if suite == "epilogue":
         return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=_log)
+    if suite == "call":
+        return bench.bench_call(m, n, k, dtype, settle_s=settle, log=_log)
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
 
 

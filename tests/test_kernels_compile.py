@@ -83,3 +83,36 @@ def test_hopper_sass_uses_wgmma_tma_and_mbarriers(stage, bf16):
     for instruction in HOPPER_SASS[stage]:
         assert _has(stage, bf16, instruction), f"{stage} lacks {instruction}"
     assert not _has(stage, bf16, "HMMA.16816"), f"{stage} fell back to mma.sync"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_compiles_by_hand_with_nvcc_and_file_defaults(stage, tmp_path):
+    """What the README tells a reader to run: the file alone, its own defaults, nvcc for sm_90a."""
+    import shutil
+    import subprocess
+
+    from deepgemm.jit import kernel_path
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed here (NVRTC covers the JIT path above)")
+    cubin = tmp_path / "kernel.cubin"
+    cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(cubin), str(kernel_path(stage))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert cubin.stat().st_size > 0
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_file_defaults_match_the_launcher_defaults(stage):
+    """The constants a reader sees in kernel.cu are the ones the launcher compiles with."""
+    import re
+
+    from deepgemm import stages
+    from deepgemm.jit import kernel_path
+
+    text = kernel_path(stage).read_text()
+    for name, value in stages.load(stage).DEFAULTS.defines().items():
+        found = re.search(rf"#define {name} (\d+)", text)
+        assert found, f"{stage}/kernel.cu has no default for {name}"
+        assert int(found.group(1)) == value, f"{stage}: kernel.cu says {name} {found.group(1)}, launcher {value}"
