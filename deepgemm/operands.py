@@ -46,7 +46,9 @@ def require_gpu(min_cc: tuple[int, int], stage: str, *, exact: bool = False) -> 
         raise RuntimeError(f"{stage} needs a CUDA GPU and none is usable here ({err})") from None
     if count == 0:
         raise RuntimeError(f"{stage} needs a CUDA GPU and none is visible")
-    check_compute_capability(compute_capability(), device_name(), min_cc, stage, exact=exact)
+    cc = compute_capability()
+    if cc < min_cc or (exact and cc != min_cc):  # the name is looked up only for the error: it costs ~1 ms
+        check_compute_capability(cc, device_name(), min_cc, stage, exact=exact)
 
 
 def check_compute_capability(
