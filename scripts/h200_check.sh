@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests stage by stage (each in its own process, under a time limit, so a hang
-# or a broken context costs one stage only), then the bench. Logs and JSON go to $OUT.
+# or a broken context costs one stage only), then the bench, not recorded (scripts/h200_record.sh records).
+# Logs go to $OUT.
 # Usage: scripts/h200_check.sh [stages for the bench, default all] [extra bench args...]
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -14,6 +15,5 @@ for stage in v0 v1 v2 v3 v4 v5; do
 done
 timeout 120 python3 -m pytest tests/test_gpu_stages.py -q -k "torch or poison or unwritten" -p no:cacheprovider 2>&1 \
   | tail -5 | tee -a "$OUT/gpu_tests.log"
-timeout 400 python3 -m deepgemm bench --stages "$STAGES" --record "$@" 2>&1 | tee "$OUT/bench.log"
-cp results/h200/*.json "$OUT/" 2>/dev/null
+timeout 400 python3 -m deepgemm bench --stages "$STAGES" "$@" 2>&1 | tee "$OUT/bench.log"
 grep -E "^== |passed|failed" "$OUT/gpu_tests.log"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recording run, in two parts that each fit one device call:
+# The recording runs, three parts that each fit one device call:
 #   scripts/h200_record.sh bench    GPU tests, then progression (4096^3, 8192^3), raster and epilogue suites
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, v5 GROUP_M sweep
@@ -9,20 +9,23 @@ export PYTHONUNBUFFERED=1
 # The device gets the work tree without .git: pass the commit, e.g. DEEPGEMM_COMMIT=$(git rev-parse HEAD)
 export DEEPGEMM_COMMIT=${DEEPGEMM_COMMIT:-unknown}
 part=${1:-bench}
-out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
-if [ "$part" = bench ]; then
+
+gpu_tests() {  # the whole suite on the GPU, its tail kept with the GPU, date and commit
   echo "# python3 -m pytest tests on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" > results/h200/gpu_tests.txt
   timeout 420 python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tail -15 | tee -a results/h200/gpu_tests.txt
+}
+
+out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
+if [ "$part" = bench ]; then
+  gpu_tests
   python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -32
   python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
   python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
-  echo "# python3 -m pytest tests on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
-    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" > results/h200/gpu_tests.txt
-  timeout 420 python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tail -15 | tee -a results/h200/gpu_tests.txt
+  gpu_tests
   STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
-  python3 -m deepgemm bench --suite v5_group_m --shapes 4096 --dtype fp16 --record 2>&1 | tail -6
+  python3 -m deepgemm bench --suite v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
 else
   timeout 300 python3 -m deepgemm profile --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -8
   STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh results/h200/sanitizer.txt
