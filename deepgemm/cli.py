@@ -64,7 +64,10 @@ def _log(line: str) -> None:
     print(line, flush=True)
 
 
-TILE_ORDER_SWEEPS = {"raster": ("v4_pipeline_swizzle", (8, 1)), "v5_group_m": ("v5_fused", (8, 1, 16))}
+CONFIG_SWEEPS = {  # suite: (stage, knob, settings; the first is the stage's default)
+    "raster": ("v4_pipeline_swizzle", "GROUP_M", (8, 1)),
+    "v5_group_m": ("v5_fused", "GROUP_M", (8, 1, 16)),
+}
 
 
 def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], dtype: str, settle: float) -> list[dict]:
@@ -74,9 +77,9 @@ def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], d
     m, n, k = shape
     if suite == "progression":
         return bench.bench_shape(stages, m, n, k, dtype, settle_s=settle, log=_log)
-    if suite in TILE_ORDER_SWEEPS:
-        stage, group_sizes = TILE_ORDER_SWEEPS[suite]
-        configs = {f"GROUP_M={g}": GemmConfig(extra={"GROUP_M": g}) for g in group_sizes}
+    if suite in CONFIG_SWEEPS:
+        stage, knob, settings = CONFIG_SWEEPS[suite]
+        configs = {f"{knob}={v}": GemmConfig(extra={knob: v}) for v in settings}
         return bench.bench_configs(stage, configs, m, n, k, dtype, settle_s=settle, log=_log)
     if suite == "epilogue":
         return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=_log)

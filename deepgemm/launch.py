@@ -16,7 +16,7 @@ from deepgemm.config import GemmConfig, require_at_most, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
 from deepgemm.operands import Problem, k_major_operands, leading_dim
-from deepgemm.tma import operand_maps
+from deepgemm.tma import encode_tile_map, operand_maps, tma_store_target
 
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -43,6 +43,7 @@ class KernelLaunch:
     out: cupy.ndarray
     shared_mem: int = 0
     keep_alive: tuple = ()  # copies the kernel reads through descriptors, kept until the plan is dropped
+    written: cupy.ndarray | None = None  # where the kernel writes, when not `out` itself; copied into `out`
 
     def __post_init__(self) -> None:
         limits = device_limits(cupy.cuda.Device().id)
@@ -64,6 +65,8 @@ class KernelLaunch:
 
     def __call__(self) -> cupy.ndarray:
         self.kernel(self.grid, self.block, self.args, shared_mem=self.shared_mem)
+        if self.written is not None:
+            self.out[...] = self.written
         return self.out
 
 
@@ -77,7 +80,17 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
+    return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
+
+
+def persistent_grid(tiles: int, device_id: int) -> int:
+    """One CTA per SM, or per tile when there are fewer tiles."""
+    return min(tiles, device_limits(device_id)["sm_count"])
+
+
 ALIGN_SLACK_BYTES = 1024  # the TMA stages round their buffers up to a 1024-byte boundary (swizzle atoms)
+BARRIER_BYTES_PER_STAGE = 16  # a full and an empty mbarrier (8 bytes each) per stage, static shared memory
 
 
 def tma_gemm_launch(
@@ -90,22 +103,41 @@ def tma_gemm_launch(
     persistent: bool = False,
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
-    static_smem_bytes: int = 0,
+    store_box: tuple[int, int] | None = None,
+    store_smem_bytes: int = 0,
     keep_alive: tuple = (),
 ) -> KernelLaunch:
     """What v3-v5 share: K-major operands, their tensor maps, the kernel, a 1-D grid of output tiles
-    (at most one CTA per SM when `persistent`), and the pipeline's shared memory."""
-    dynamic_smem = tile_smem_bytes(cfg) + ALIGN_SLACK_BYTES
-    require_smem(dynamic_smem, static_smem_bytes)
+    (at most one CTA per SM when `persistent`), and the pipeline's shared memory.
+
+    Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
+    the kernel stores C through a 128B-swizzled tensor map of that box, from `store_smem_bytes` of shared
+    memory after the stages; a C that TMA cannot describe is written to a padded buffer and copied."""
+    dynamic_smem = tile_smem_bytes(cfg) + store_smem_bytes + ALIGN_SLACK_BYTES
+    require_smem(dynamic_smem, static_bytes=BARRIER_BYTES_PER_STAGE * cfg.value("NUM_STAGES"))
     a_k, b_k, k = k_major_operands(problem)
     block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
     tma_a, tma_b = operand_maps(a_k, b_k, block_m, block_n, cfg.value("BOX_K"), swizzle_bytes)
     defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **(epilogue_defines or {})}
     kernel = get_kernel(stage, defines)
-    sizes = (np.int32(v) for v in (problem.m, problem.n, k, leading_dim(problem.out)))
-    args = (tma_a, tma_b, problem.out, *epilogue_args, *sizes)
-    tiles = ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
-    grid = min(tiles, device_limits(problem.out.device.id)["sm_count"]) if persistent else tiles
+    m, n = (np.int32(v) for v in (problem.m, problem.n))
+    written = None
+    if store_box is None:
+        args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, np.int32(k), np.int32(leading_dim(problem.out)))
+    else:
+        target = tma_store_target(problem.out)
+        written = None if target is problem.out else target
+        tma_c = encode_tile_map(target, *store_box, swizzle_bytes=128)
+        args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
+    tiles = output_tiles(problem, block_m, block_n)
+    grid = persistent_grid(tiles, problem.out.device.id) if persistent else tiles
     return KernelLaunch(
-        kernel, (grid,), (threads,), args, problem.out, dynamic_smem, keep_alive=(a_k, b_k, *keep_alive)
+        kernel,
+        (grid,),
+        (threads,),
+        args,
+        problem.out,
+        dynamic_smem,
+        keep_alive=(a_k, b_k, *keep_alive),
+        written=written,
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import cupy
 import numpy as np
 
-from deepgemm.dtypes import BFLOAT16, FLOAT16
+from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32
 
 DESCRIPTOR_BYTES = 128
 MAX_BOX_ROWS = 256  # a TMA box has at most 256 elements along each dimension
@@ -70,6 +70,7 @@ def encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes
     dtypes = {
         FLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         BFLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        FLOAT32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
     }
     swizzles = {
         0: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -104,3 +105,19 @@ def operand_maps(
         encode_tile_map(a_k, block_m, box_k, swizzle_bytes),
         encode_tile_map(b_k, block_n, box_k, swizzle_bytes),
     )
+
+
+def tma_describable(x: cupy.ndarray) -> bool:
+    """Whether TMA can address `x` as it is: a 16-byte aligned base and a row stride of a multiple of 16 bytes."""
+    return x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[1] == x.itemsize
+
+
+def tma_store_target(out: cupy.ndarray) -> cupy.ndarray:
+    """`out` itself when TMA can store into it, else a buffer whose rows are padded to 16 bytes (the caller
+    copies it into `out` after each launch): TMA cannot describe rows such as 4097 fp16 elements."""
+    if tma_describable(out):
+        return out
+    rows, cols = out.shape
+    per_16_bytes = 16 // out.itemsize
+    padded_cols = -(-cols // per_16_bytes) * per_16_bytes
+    return cupy.empty((rows, padded_cols), dtype=out.dtype)[:, :cols]

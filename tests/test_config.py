@@ -49,4 +49,4 @@ def test_every_bench_suite_is_dispatched():
 
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         cli._run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
-    assert set(cli.TILE_ORDER_SWEEPS) | {"progression", "epilogue", "call"} == set(cli.SUITES)
+    assert set(cli.CONFIG_SWEEPS) | {"progression", "epilogue", "call"} == set(cli.SUITES)

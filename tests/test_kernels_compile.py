@@ -46,6 +46,15 @@ def test_v5_compiles_every_epilogue():
             assert report.spill_stores == 0 and report.stack_bytes == 0, (activation, out_dtype, report.log)
 
 
+@pytest.mark.parametrize(("out_dtype", "fast"), [(0, True), (1, True), (2, False)])
+def test_v5_gelu_uses_the_mufu_forms_only_for_16_bit_outputs(out_dtype, fast):
+    """GELU (tanh form) as x / (1 + exp(-2u)): ex2.approx and rcp.approx for fp16/bf16 outputs; an fp32
+    output keeps IEEE division, whose slow path is a call (FCHK flags the operands that need it)."""
+    code = sass("v5_fused", launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=2, OUT_DTYPE=out_dtype))
+    assert "MUFU.EX2" in code and "MUFU.RCP" in code
+    assert ("FCHK" in code) is not fast
+
+
 def _has(stage: str, bf16: bool, instruction: str) -> bool:
     return instruction in sass(stage, launcher_defines(stage, bf16))
 
@@ -73,7 +82,7 @@ def test_v2_sass_uses_mma_sync_ldmatrix_and_cp_async(bf16):
 HOPPER_SASS = {
     "v3_wgmma_tma": ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS"),
     "v4_pipeline_swizzle": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG"),
-    "v5_fused": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG"),
+    "v5_fused": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG", "UTMASTG.2D", "STSM.16.M88.4"),
 }
 
 

@@ -25,3 +25,25 @@ def test_accepts_the_v4_box():
 def test_rejects_what_tma_cannot_describe(shape, strides, ptr, box, swizzle, message):
     with pytest.raises(ValueError, match=message):
         tile_map_spec(shape, strides, ptr, 2, *box, swizzle)
+
+
+def _matrix(ptr: int, row_bytes: int, itemsize: int = 2):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(data=SimpleNamespace(ptr=ptr), strides=(row_bytes, itemsize), itemsize=itemsize)
+
+
+@pytest.mark.parametrize(
+    ("ptr", "row_bytes", "itemsize", "describable"),
+    [
+        (0x10000, 8192, 2, True),  # 4096 fp16 columns
+        (0x10000, 8194, 2, False),  # 4097 fp16 columns: the row stride is not a multiple of 16 bytes
+        (0x10008, 8192, 2, False),  # a view that starts 8 bytes into an allocation
+        (0x10000, 16388, 4, False),  # 4097 fp32 columns
+        (0x10000, 176, 2, True),  # 80 of 88 columns: a padded row stride is fine
+    ],
+)
+def test_tma_describable_follows_the_16_byte_rules(ptr, row_bytes, itemsize, describable):
+    from deepgemm.tma import tma_describable
+
+    assert tma_describable(_matrix(ptr, row_bytes, itemsize)) is describable

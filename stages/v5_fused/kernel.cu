@@ -8,12 +8,12 @@
 //     (wait_group<1>) and releases that stage, so the tensor cores always have the next batch queued;
 //   - fuses the epilogue in registers: out = act(alpha * acc + bias[col]) with an optional bias, ReLU,
 //     GELU (tanh or erf), SiLU, and an fp16, bf16 or fp32 output, written to C once;
-//   - stores C as whole 16-byte vectors: each consumer warp passes its 16 rows through a small shared-
-//     memory buffer, 128 bytes of columns at a time, instead of storing 4- or 8-byte fragment pairs
-//     scattered over 8 rows per instruction (the stores were a large part of the epilogue's time).
-// What still limits it: the epilogue is still synchronous: while both consumers convert and store a
-// tile, the tensor cores wait. Storing asynchronously (bulk copies from a tile-sized buffer, which
-// costs a pipeline stage of shared memory) or offsetting the two consumers would hide it.
+//   - stores C asynchronously with TMA: each consumer warp writes its 16 rows, 128 bytes of columns at a
+//     time, into a 128B-swizzled box in shared memory (stmatrix for 16-bit outputs) and one lane hands
+//     the box to a bulk tensor store. The consumers go straight on to the next tile's wgmma while the
+//     TMA unit drains the boxes to global memory; C's bounds clip the boxes, so tails cost nothing extra.
+// What still limits it: converting and activating a tile still happens while the tensor cores wait, and
+// when the tile count is not a multiple of the SM count the last round leaves SMs idle.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
 
 #include <cuda_fp16.h>
@@ -55,6 +55,14 @@ typedef __half2 out2_t;
 __device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
 #endif
 
+#if OUT_DTYPE != 2
+// Two 16-bit outputs as the 32-bit register stmatrix takes.
+__device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
+    const out2_t v = to_out2(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+#endif
+
 #ifndef BLOCK_M
 #define BLOCK_M 128    // 2 consumer warpgroups x the 64 rows of one wgmma m64
 #endif
@@ -83,17 +91,15 @@ constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's fu
 constexpr int SWIZZLE_ROW_BYTES = 128;                    // one tile row = one 128B-swizzle row
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
-// Epilogue staging: each consumer warp owns 16 rows of C and passes them through its own shared-memory
-// buffer 128 bytes of columns at a time, so that global stores are whole 16-byte vectors, 8 lanes per
-// 128-byte row segment. Rows are padded by 16 bytes: the 8 rows one fragment store touches then start
-// 4 banks apart, and the store is conflict-free (fp16/bf16) or 2 wavefronts, its minimum (fp32).
-constexpr int EPI_ROWS = 16;                                   // rows of C per consumer warp
-constexpr int EPI_CHUNK_BYTES = 128;                           // bytes of one row staged at a time
-constexpr int EPI_PITCH = EPI_CHUNK_BYTES + 16;                // padded row pitch in the buffer
-constexpr int EPI_WARP_BYTES = EPI_ROWS * EPI_PITCH;           // 2304 bytes per consumer warp
-constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_WARP_BYTES;  // 18432 bytes of static shared memory
-constexpr int EPI_CHUNK_COLS = EPI_CHUNK_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32)
-constexpr int EPI_VEC = 16 / (int)sizeof(out_t);                     // elements per 16-byte store
+// Epilogue staging: each consumer warp owns 16 rows of C and stores them as boxes of 16 rows x 128 bytes
+// of columns (64 fp16/bf16 or 32 fp32), the 128B swizzle span, through two buffers of its own: it fills
+// one while the TMA unit is still reading the other. In the 128B-swizzled layout the 8 rows that one
+// fragment store touches land in 8 different 16-byte bank groups, so the stores are conflict-free.
+constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
+constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
+constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
+constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
+constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
@@ -101,7 +107,8 @@ static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLO
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
               "every tile starts on a 1024-byte boundary, where the 8-row swizzle pattern restarts");
-static_assert(NUM_STAGES * STAGE_BYTES + 1024 + EPI_BYTES <= 227 * 1024, "a CTA may use 227 KB of shared memory");
+static_assert(NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 + 2 * NUM_STAGES * 8 <= 227 * 1024,
+              "a CTA may use 227 KB of shared memory: stages, store boxes, alignment slack, barriers");
 
 // The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
 // parameter so that TMA can read it from the kernel's parameter space.
@@ -156,6 +163,51 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, un
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)
         : "memory");
+}
+
+// A box of shared memory at src -> the tensor map at element coordinates (col, row). The parts of the box
+// outside the tensor's bounds are not written. Tracked per thread as a bulk async-group.
+__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, unsigned src, int col, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+        :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(src)
+        : "memory");
+}
+
+// Closes this thread's bulk stores issued since the last commit into one group.
+__device__ __forceinline__ void bulk_commit_group() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until at most N of this thread's bulk groups are still reading their shared-memory source: the
+// older boxes may then be overwritten (their global writes may still be in flight).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// Waits until at most N of this thread's bulk groups are still running at all (writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Ordinary stores to shared memory are made visible to the async proxy (the TMA unit) that reads them next.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Four 8x8 matrices of 16-bit elements, from the mma fragment layout to shared memory in one instruction:
+// register i holds row lane/4, columns 2(lane%4) and 2(lane%4)+1 of matrix i; lane l gives the address
+// of row l%8 of matrix l/8 (16 contiguous bytes). Replaces four 4-byte shared stores per thread.
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Two adjacent fp32 values to shared memory (8 bytes).
+__device__ __forceinline__ void st_shared_v2_f32(unsigned addr, float lo, float hi) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(lo), "f"(hi) : "memory");
 }
 
 // wgmma shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"):
@@ -283,36 +335,56 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
 // The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
 // ---------------------------------------------------------------------------------------------------
 
+// The exponential and the division of GELU (tanh form) and SiLU. A 16-bit output is rounded to 2^-11
+// (fp16) or 2^-8 (bf16) relative, far above the few-ulp fp32 error of the MUFU forms (ex2.approx and
+// rcp.approx, two instructions each), so those are used; an fp32 output keeps the accurate expf and
+// IEEE division, whose longer instruction sequences then cost more time in the epilogue.
+#if OUT_DTYPE == 2
+__device__ __forceinline__ float epi_exp(float x) { return expf(x); }
+__device__ __forceinline__ float epi_div(float x, float y) { return x / y; }
+#else
+__device__ __forceinline__ float epi_exp(float x) { return __expf(x); }
+__device__ __forceinline__ float epi_div(float x, float y) { return __fdividef(x, y); }  // y = inf gives 0
+#endif
+
 __device__ __forceinline__ float activation(float x) {
 #if ACTIVATION == 1
     return fmaxf(x, 0.0f);
 #elif ACTIVATION == 2
-    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // sqrt(2/pi) (x + 0.044715 x^3)
-    return 0.5f * x * (1.0f + tanhf(inner));
+    // 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), written as x / (1 + exp(-2u)): the same
+    // function, one exponential and one division instead of tanhf's longer sequence, and accurate in
+    // relative terms in the negative tail, where 1 + tanh(u) would cancel.
+    const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
+    return epi_div(x, 1.0f + epi_exp(-2.0f * u));
 #elif ACTIVATION == 3
     return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));  // x * Phi(x)
 #elif ACTIVATION == 4
-    return x / (1.0f + expf(-x));  // x * sigmoid(x); expf(-x) = inf gives -0 for very negative x
+    return epi_div(x, 1.0f + epi_exp(-x));  // x * sigmoid(x); exp(-x) = inf gives -0 for very negative x
 #else
     return x;
 #endif
 }
 
+// alpha * acc + bias, activated, in fp32; one rounding to out_t happens when the pair is packed.
+__device__ __forceinline__ float epilogue_value(float acc, float alpha, float bias) {
+    return activation(fmaf(alpha, acc, bias));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The kernel. Grid: min(ceil(M / BLOCK_M) * ceil(N / BLOCK_N), number of SMs) persistent CTAs of
-// NUM_THREADS threads. Dynamic shared memory: NUM_STAGES * STAGE_BYTES + 1024 (slack to align to 1024), as
-// in v4; the epilogue's staging buffer is static (EPI_BYTES). bias may be nullptr when HAS_BIAS is 0.
+// NUM_THREADS threads. Dynamic shared memory: NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 (slack to align
+// to 1024). tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
+// bias may be nullptr when HAS_BIAS is 0.
 // ---------------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
-            out_t* C, const float* bias, float alpha, int M, int N, int K, int ldc)
+            const __grid_constant__ TmaDesc tma_c, const float* bias, float alpha, int M, int N, int K)
 {
     // ---- prologue -----------------------------------------------------------------------------------
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long full_bar[NUM_STAGES];
     __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];
-    __shared__ __align__(16) unsigned char epi_smem[EPI_BYTES];
 
     const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
     const int tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
@@ -321,8 +393,10 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int warpgroup = threadIdx.x / 128;
 
     // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
-    // tile at r * 128 bytes with its eight 16-byte chunks permuted (chunk c lands at c ^ (r % 8)).
+    // tile at r * 128 bytes with its eight 16-byte chunks permuted (chunk c lands at c ^ (r % 8)). The
+    // epilogue's store boxes follow the stages, each 2 KB and so 1024-aligned as the swizzle requires.
     const unsigned smem_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned epi_base = smem_base + NUM_STAGES * STAGE_BYTES;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < NUM_STAGES; ++s) {
@@ -368,11 +442,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const int consumer = warpgroup - 1;
         const int warp = (threadIdx.x % 128) / 32;
         const int lane = threadIdx.x % 32;
-        // This warp's staging buffer, and whether rows of C start 16-byte aligned, so that 16-byte vectors
-        // can be stored (tested once, not per store).
-        unsigned char* epi_buf = epi_smem + (consumer * 4 + warp) * EPI_WARP_BYTES;
-        const bool vec_aligned = (long long)ldc * sizeof(out_t) % 16 == 0
-                              && reinterpret_cast<unsigned long long>(C) % 16 == 0;
+        // This warp's two store boxes; the chunk counter runs on across tiles and picks the box.
+        const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
+        int epi_chunk = 0;
 
         for (int tile_idx = blockIdx.x; tile_idx < num_tiles; tile_idx += gridDim.x) {
             int tile_m, tile_n;
@@ -415,51 +487,68 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             if (lane == 0) mbarrier_arrive(smem_addr(&empty_bar[prev_stage]));
             acc_register_fence(acc);
 
-            // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, staged stores ---------
-            // Fragment -> this warp's buffer (rows lane/4 and lane/4 + 8, column pairs), then buffer ->
-            // C as 16-byte vectors: lane i of a pass stores vector i % 8 of row i / 8 of the 128-byte chunk.
+            // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -----------
+            // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
+            // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
+            // one lane stores the box with TMA and the warp moves on without waiting for it.
             const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
 #pragma unroll
-            for (int chunk = 0; chunk < BLOCK_N / EPI_CHUNK_COLS; ++chunk) {
+            for (int chunk = 0; chunk < BLOCK_N / EPI_CHUNK_COLS; ++chunk, ++epi_chunk) {
+                const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
+                // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
+                // newer one may still be reading.
+                if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
+                __syncwarp();
 #pragma unroll
-                for (int jj = 0; jj < EPI_CHUNK_COLS / 8; ++jj) {
+                for (int jj = 0; jj < EPI_CHUNK_COLS / 8; jj += 2) {
+                    // Column groups j and j + 1 (8 columns each) of the fragment: for each, rows lane/4
+                    // (h = 0) and lane/4 + 8 (h = 1).
                     const int j = chunk * (EPI_CHUNK_COLS / 8) + jj;
-                    float bias0 = 0.0f, bias1 = 0.0f;
+                    float bias_lo[2] = {0.0f, 0.0f}, bias_hi[2] = {0.0f, 0.0f};
 #if HAS_BIAS
-                    const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4);
-                    if (col < N) bias0 = __ldg(bias + col);
-                    if (col + 1 < N) bias1 = __ldg(bias + col + 1);
+#pragma unroll
+                    for (int t = 0; t < 2; ++t) {
+                        const int col = tile_n * BLOCK_N + 8 * (j + t) + 2 * (lane % 4);
+                        if (col < N) bias_lo[t] = __ldg(bias + col);
+                        if (col + 1 < N) bias_hi[t] = __ldg(bias + col + 1);
+                    }
 #endif
+#if OUT_DTYPE != 2
+                    // 16-bit output: one stmatrix writes the four 8x8 matrices (j, h = 0), (j, h = 1),
+                    // (j + 1, h = 0), (j + 1, h = 1); lane l addresses row l % 8 of matrix l / 8.
+                    unsigned packed[4];
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const float v0 = activation(fmaf(alpha, acc[4 * j + 2 * h], bias0));
-                        const float v1 = activation(fmaf(alpha, acc[4 * j + 2 * h + 1], bias1));
-                        out2_t* dst = reinterpret_cast<out2_t*>(
-                            epi_buf + (lane / 4 + 8 * h) * EPI_PITCH + (8 * jj + 2 * (lane % 4)) * sizeof(out_t));
-                        *dst = to_out2(v0, v1);
+                    for (int q = 0; q < 4; ++q) {
+                        const int t = q / 2, h = q % 2;
+                        packed[q] = pack_out2(epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
+                                              epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
                     }
-                }
-                __syncwarp();  // the chunk is in the buffer; now each lane reads other lanes' values
+                    const int row = lane % 8 + 8 * ((lane / 8) % 2);
+                    const int group = jj + lane / 16;  // the 16-byte column group within the 128-byte row
+                    stmatrix_x4(box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16),
+                                packed[0], packed[1], packed[2], packed[3]);
+#else
+                    // fp32 output: each lane writes its column pairs as 8-byte stores.
 #pragma unroll
-                for (int pass = 0; pass < EPI_ROWS * EPI_CHUNK_BYTES / 16 / 32; ++pass) {
-                    const int i = pass * 32 + lane;
-                    const int r = i / (EPI_CHUNK_BYTES / 16);
-                    const int v = i % (EPI_CHUNK_BYTES / 16);
-                    const int row = warp_row0 + r;
-                    const int col = tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS + v * EPI_VEC;
-                    const unsigned char* src = epi_buf + r * EPI_PITCH + v * 16;
-                    if (row >= M || col >= N) continue;
-                    out_t* dst = C + (long long)row * ldc + col;
-                    if (vec_aligned && col + EPI_VEC <= N) {
-                        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-                    } else {  // a ragged edge or unaligned rows: element by element
-#pragma unroll 1
-                        for (int e = 0; e < EPI_VEC && col + e < N; ++e)
-                            dst[e] = reinterpret_cast<const out_t*>(src)[e];
+                    for (int q = 0; q < 4; ++q) {
+                        const int t = q / 2, h = q % 2;
+                        const int row = lane / 4 + 8 * h;
+                        const int byte = (8 * (jj + t) + 2 * (lane % 4)) * (int)sizeof(out_t);
+                        const unsigned dst = box + row * SWIZZLE_ROW_BYTES + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
+                        st_shared_v2_f32(dst, epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
+                                         epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
                     }
+#endif
                 }
-                __syncwarp();  // every lane has read the chunk before the next one overwrites the buffer
+                fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
+                __syncwarp();
+                if (lane == 0) {
+                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
+                    bulk_commit_group();
+                }
             }
         }
+        // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
+        if (lane == 0) bulk_wait_group<0>();
     }
 }

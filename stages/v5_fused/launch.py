@@ -21,7 +21,9 @@ STAGE = "v5_fused"
 MIN_CC = (9, 0)
 THREADS = 384  # one producer warpgroup and two consumer warpgroups
 SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
-EPILOGUE_SMEM_BYTES = 2 * 4 * 2304  # static: each consumer warp's 16-row staging buffer (EPI_BYTES)
+STORE_ROWS = 16  # each consumer warp stores its 16 rows of C ...
+STORE_BYTES = 128  # ... in boxes of 128 bytes of columns, the 128B swizzle span (EPI_BOX_BYTES = 2 KB)
+STORE_SMEM_BYTES = 2 * 4 * 2 * STORE_ROWS * STORE_BYTES  # 2 consumers x 4 warps x 2 boxes (EPI_BYTES)
 DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 8})
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
@@ -62,7 +64,8 @@ def plan(
         persistent=True,
         epilogue_args=(bias_arg, np.float32(alpha)),
         epilogue_defines=epilogue_defines(bias is not None, activation, p.out.dtype),
-        static_smem_bytes=EPILOGUE_SMEM_BYTES,
+        store_box=(STORE_ROWS, STORE_BYTES // p.out.itemsize),
+        store_smem_bytes=STORE_SMEM_BYTES,
         keep_alive=(bias_f32,),
     )
 
