@@ -55,7 +55,8 @@ SUITES = {
     "progression": "every stage and cuBLAS",
     "raster": "v4 with and without the grouped tile order (GROUP_M 8 vs 1)",
     "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
-    "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 1, 8, 16)",
+    "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 16, 1, 8)",
+    "v5_cluster": "v5 with B multicast to clusters of two CTAs (CLUSTER_M 2) and without (1)",
     "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
 }
 
@@ -66,7 +67,8 @@ def _log(line: str) -> None:
 
 CONFIG_SWEEPS = {  # suite: (stage, knob, settings; the first is the stage's default)
     "raster": ("v4_pipeline_swizzle", "GROUP_M", (8, 1)),
-    "v5_group_m": ("v5_fused", "GROUP_M", (8, 1, 16)),
+    "v5_group_m": ("v5_fused", "GROUP_M", (16, 1, 8)),
+    "v5_cluster": ("v5_fused", "CLUSTER_M", (2, 1)),
 }
 
 

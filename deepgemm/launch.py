@@ -80,13 +80,43 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def max_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int, cluster_size: int) -> int:
+    """How many clusters of `kernel` (its compile-time cluster size) the GPU runs at once, from the
+    driver's occupancy calculator: SMs come in GPCs, and a cluster must fit in one."""
+    from cuda.bindings import driver
+
+    if dynamic_smem > 48 * 1024:
+        kernel.max_dynamic_shared_size_bytes = dynamic_smem
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster_size, 1, 1  # one cluster: the grid must divide
+    config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+    config.sharedMemBytes = dynamic_smem
+    config.numAttrs = 0
+    err, clusters = driver.cuOccupancyMaxActiveClusters(driver.CUfunction(kernel.kernel.ptr), config)
+    if err != driver.CUresult.CUDA_SUCCESS or clusters < 1:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters gave {err.name}, {clusters} clusters, for {kernel.name}")
+    return clusters
+
+
+def persistent_grid(
+    problem: Problem,
+    block_m: int,
+    block_n: int,
+    kernel: cupy.RawKernel,
+    threads: int,
+    dynamic_smem: int,
+    cluster_m: int,
+) -> int:
+    """One CTA per SM (per tile when there are fewer tiles); with clusters of `cluster_m` CTAs along M,
+    as many whole clusters as have a cluster tile and fit on the GPU at once."""
+    if cluster_m == 1:
+        return min(output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"])
+    cluster_tiles = ceil_div(ceil_div(problem.m, block_m), cluster_m) * ceil_div(problem.n, block_n)
+    return min(cluster_tiles, max_active_clusters(kernel, threads, dynamic_smem, cluster_m)) * cluster_m
+
+
 def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
     return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
-
-
-def persistent_grid(tiles: int, device_id: int) -> int:
-    """One CTA per SM, or per tile when there are fewer tiles."""
-    return min(tiles, device_limits(device_id)["sm_count"])
 
 
 ALIGN_SLACK_BYTES = 1024  # the TMA stages round their buffers up to a 1024-byte boundary (swizzle atoms)
@@ -108,7 +138,8 @@ def tma_gemm_launch(
     keep_alive: tuple = (),
 ) -> KernelLaunch:
     """What v3-v5 share: K-major operands, their tensor maps, the kernel, a 1-D grid of output tiles
-    (at most one CTA per SM when `persistent`), and the pipeline's shared memory.
+    (at most one CTA per SM when `persistent`, in clusters of the config's CLUSTER_M), and the pipeline's
+    shared memory.
 
     Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
     the kernel stores C through a 128B-swizzled tensor map of that box, from `store_smem_bytes` of shared
@@ -117,7 +148,8 @@ def tma_gemm_launch(
     require_smem(dynamic_smem, static_bytes=BARRIER_BYTES_PER_STAGE * cfg.value("NUM_STAGES"))
     a_k, b_k, k = k_major_operands(problem)
     block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
-    tma_a, tma_b = operand_maps(a_k, b_k, block_m, block_n, cfg.value("BOX_K"), swizzle_bytes)
+    cluster_m = cfg.extra.get("CLUSTER_M", 1)  # a cluster's CTAs each load block_n / cluster_m rows of B
+    tma_a, tma_b = operand_maps(a_k, b_k, block_m, block_n // cluster_m, cfg.value("BOX_K"), swizzle_bytes)
     defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **(epilogue_defines or {})}
     kernel = get_kernel(stage, defines)
     m, n = (np.int32(v) for v in (problem.m, problem.n))
@@ -129,8 +161,10 @@ def tma_gemm_launch(
         written = None if target is problem.out else target
         tma_c = encode_tile_map(target, *store_box, swizzle_bytes=128)
         args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
-    tiles = output_tiles(problem, block_m, block_n)
-    grid = persistent_grid(tiles, problem.out.device.id) if persistent else tiles
+    if persistent:
+        grid = persistent_grid(problem, block_m, block_n, kernel, threads, dynamic_smem, cluster_m)
+    else:
+        grid = output_tiles(problem, block_m, block_n)
     return KernelLaunch(
         kernel,
         (grid,),

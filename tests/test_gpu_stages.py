@@ -177,3 +177,22 @@ def test_library_gemm_runs_v5_with_config_checks():
         deepgemm.gemm(a, b, bias=cupy.zeros(3, dtype=cupy.float32))
     with pytest.raises(ValueError, match="activation 'tanh'"):
         deepgemm.gemm(a, b, activation="tanh")
+
+
+def test_v5_without_clusters_or_tile_groups_matches_reference():
+    """The switches the notebooks measure: CLUSTER_M = 1 (no multicast) and GROUP_M = 1 (row-major order),
+    at shapes with odd tile-row counts, where a cluster's second CTA has no rows of C."""
+    from deepgemm.check import random_problem
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16
+
+    launcher = _stage_or_skip("v5_fused")
+    for cluster_m, group_m in ((1, 16), (2, 1), (1, 1)):
+        config = GemmConfig(extra={"CLUSTER_M": cluster_m, "GROUP_M": group_m})
+        for i, (m, n, k) in enumerate(((300, 520, 200), (1152, 768, 64), (4096, 4096, 4096))):
+            a, b = random_problem(m, n, k, BFLOAT16, seed=90 + i)
+            stats = _check(launcher, a, b, config=config)
+            assert stats.passed, f"{m}x{n}x{k} CLUSTER_M={cluster_m} GROUP_M={group_m}: {stats.summary()}"
+    a, b = random_problem(64, 64, 64, BFLOAT16, seed=1)
+    with pytest.raises(ValueError, match="CLUSTER_M = 4 must be one of"):
+        launcher.plan(a, b, config=GemmConfig(extra={"CLUSTER_M": 4}))

@@ -55,6 +55,15 @@ def test_v5_gelu_uses_the_mufu_forms_only_for_16_bit_outputs(out_dtype, fast):
     assert ("FCHK" in code) is not fast
 
 
+def test_v5_cluster_arrivals_carry_no_gpu_wide_fence():
+    """Releasing a stage to the other CTA of the cluster is a remote mbarrier arrival; with a .cluster-scope
+    release ptxas puts a MEMBAR.ALL.GPU before each one, in the main loop. Only the two cluster barriers
+    (start and end) may have one."""
+    code = sass("v5_fused", launcher_defines("v5_fused", False))
+    assert "SYNCS.ARRIVE.TRANS64.RED" in code  # the remote arrivals are there
+    assert code.count("MEMBAR.ALL.GPU") <= 2
+
+
 def _has(stage: str, bf16: bool, instruction: str) -> bool:
     return instruction in sass(stage, launcher_defines(stage, bf16))
 
@@ -82,7 +91,15 @@ def test_v2_sass_uses_mma_sync_ldmatrix_and_cp_async(bf16):
 HOPPER_SASS = {
     "v3_wgmma_tma": ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS"),
     "v4_pipeline_swizzle": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG"),
-    "v5_fused": ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE", "USETMAXREG", "UTMASTG.2D", "STSM.16.M88.4"),
+    "v5_fused": (
+        "HGMMA.64x256x16.F32",
+        "UTMALDG.2D",
+        "SYNCS.ARRIVE",
+        "USETMAXREG",
+        "UTMASTG.2D",
+        "STSM.16.M88.4",
+        "UTMALDG.2D.MULTICAST",
+    ),
 }
 
 

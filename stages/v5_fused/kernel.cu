@@ -1,9 +1,13 @@
-// v5_fused: persistent tiles and a fused epilogue. Over v4 (one CTA per tile, plain C = A*B), this stage
-//   - launches one CTA per SM (gridDim.x = min(tiles, SMs)); each CTA walks the tiles
-//     blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order. Producer and consumers walk the same
-//     sequence and their stage/phase counters run on across tiles, so the producer is already filling
-//     the next tile's stages while the consumers run this tile's epilogue, and barrier init and pipeline
-//     fill are paid once per SM instead of once per tile;
+// v5_fused: persistent tiles, clusters and a fused epilogue. Over v4 (one CTA per tile, plain C = A*B), this
+// stage
+//   - launches one CTA per SM; each CTA walks its tiles in grouped order. Producer and consumers walk the
+//     same sequence and their stage/phase counters run on across tiles, so the producer is already
+//     filling the next tile's stages while the consumers run this tile's epilogue, and barrier init and
+//     pipeline fill are paid once per SM instead of once per tile;
+//   - pairs CTAs into clusters of two on neighbouring tile rows: they need the same B tile, so each loads
+//     half of it and TMA multicasts that half into both CTAs' shared memory. B is read from L2 once per
+//     pair instead of twice (32 KB of L2 reads per k-tile per CTA instead of 48): less traffic, less
+//     power, and on this power-capped card that becomes SM clock;
 //   - keeps one wgmma batch in flight: a consumer issues k-tile i's batch, then waits only for batch i-1
 //     (wait_group<1>) and releases that stage, so the tensor cores always have the next batch queued;
 //   - fuses the epilogue in registers: out = act(alpha * acc + bias[col]) with an optional bias, ReLU,
@@ -12,8 +16,9 @@
 //     time, into a 128B-swizzled box in shared memory (stmatrix for 16-bit outputs) and one lane hands
 //     the box to a bulk tensor store. The consumers go straight on to the next tile's wgmma while the
 //     TMA unit drains the boxes to global memory; C's bounds clip the boxes, so tails cost nothing extra.
-// What still limits it: converting and activating a tile still happens while the tensor cores wait, and
-// when the tile count is not a multiple of the SM count the last round leaves SMs idle.
+// What still limits it: converting and activating a tile still happens while the tensor cores wait (with
+// GELU: two MUFU operations per element, about 5% of a 4096^3 tile), and when the tile count is not a
+// multiple of the SM count the last round leaves SMs idle.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
 
 #include <cuda_fp16.h>
@@ -79,7 +84,10 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #define NUM_STAGES 4   // 4 x 48 KB = 192 KB of the 227 KB a CTA may use: deep enough to hide HBM latency
 #endif
 #ifndef GROUP_M
-#define GROUP_M 8      // tile rows per group in the launch order (L2 reuse); <= 1: plain row-major
+#define GROUP_M 16     // tile rows per group in the launch order (L2 reuse); <= 1: plain row-major
+#endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 2    // CTAs per cluster, on neighbouring tile rows: they share B, each loading 1/CLUSTER_M
 #endif
 
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
@@ -88,6 +96,9 @@ constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of 
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
+constexpr int B_BOX_ROWS = BLOCK_N / CLUSTER_M;           // the rows of B one CTA loads and multicasts
+constexpr int B_BOX_BYTES = B_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
+constexpr int GROUP_ROWS = GROUP_M / CLUSTER_M;           // the tile order walks cluster rows
 constexpr int SWIZZLE_ROW_BYTES = 128;                    // one tile row = one 128B-swizzle row
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
@@ -102,6 +113,8 @@ constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 3
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
+static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
               "one 128-byte swizzled box per operand per k-tile");
@@ -163,6 +176,44 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, un
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)
         : "memory");
+}
+
+// As tma_load_2d, but the box lands at the same shared-memory offset in every CTA of the cluster named
+// in cta_mask, and completes on the barrier at bar's offset in each of them: one L2 read, several SMs.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row,
+                                                      unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+
+// The address of the same shared-memory variable in CTA `rank` of this cluster.
+__device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank) {
+    unsigned out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+    return out;
+}
+
+// An arrival on a barrier in any CTA of the cluster (address from mapa_shared). The default .cta-scope
+// release suffices: what it orders is this warp's finished wgmma reads of its own shared memory before
+// the TMA write that the arrival allows; an explicit .release.cluster costs a MEMBAR.ALL.GPU per arrival.
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_bar) : "memory");
+}
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every CTA in the cluster: arrive and wait (the cluster's __syncthreads).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 // A box of shared memory at src -> the tensor map at element coordinates (col, row). The parts of the box
@@ -313,21 +364,33 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Tile order. The CTAs' i-th tiles are gridDim.x consecutive indices, so those run together. Walking
-// GROUP_M tile rows column by column makes those CTAs share GROUP_M A row-blocks and a few B
-// column-blocks, which then stay in L2, instead of streaming all of B once per tile row.
+// Tile order. A cluster takes CLUSTER_M tiles stacked along M at a time (a "cluster tile"); the
+// clusters' i-th cluster tiles are consecutive indices, so those run together. Walking GROUP_M tile
+// rows (GROUP_ROWS cluster rows) column by column makes those CTAs share GROUP_M A row-blocks and a few
+// B column-blocks, which then stay in L2, instead of streaming all of B once per tile row.
 // ---------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
-#if GROUP_M > 1
-    const int group_tiles = GROUP_M * tiles_n;
-    const int first_m = (tile_idx / group_tiles) * GROUP_M;
-    const int group_rows = min(tiles_m - first_m, GROUP_M);  // the last group may be short
-    tile_m = first_m + (tile_idx % group_tiles) % group_rows;
-    tile_n = (tile_idx % group_tiles) / group_rows;
+    if (GROUP_ROWS > 1) {
+        const int group_tiles = GROUP_ROWS * tiles_n;
+        const int first_m = (tile_idx / group_tiles) * GROUP_ROWS;
+        const int group_rows = min(tiles_m - first_m, GROUP_ROWS);  // the last group may be short
+        tile_m = first_m + (tile_idx % group_tiles) % group_rows;
+        tile_n = (tile_idx % group_tiles) / group_rows;
+    } else {
+        tile_m = tile_idx / tiles_n;
+        tile_n = tile_idx % tiles_n;
+    }
+}
+
+// Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
+// every CTA of the cluster, because each CTA's producer writes its part of B into all of them.
+__device__ __forceinline__ void release_stage(unsigned empty_bar) {
+#if CLUSTER_M > 1
+#pragma unroll
+    for (unsigned rank = 0; rank < CLUSTER_M; ++rank) mbarrier_arrive_cluster(mapa_shared(empty_bar, rank));
 #else
-    tile_m = tile_idx / tiles_n;
-    tile_n = tile_idx % tiles_n;
+    mbarrier_arrive(empty_bar);
 #endif
 }
 
@@ -371,13 +434,13 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The kernel. Grid: min(ceil(M / BLOCK_M) * ceil(N / BLOCK_N), number of SMs) persistent CTAs of
-// NUM_THREADS threads. Dynamic shared memory: NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 (slack to align
+// The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
+// there are cluster tiles or as fit on the GPU at once (the launcher asks the driver). Dynamic shared memory: NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 (slack to align
 // to 1024). tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
 // bias may be nullptr when HAS_BIAS is 0.
 // ---------------------------------------------------------------------------------------------------
 
-extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
             const __grid_constant__ TmaDesc tma_c, const float* bias, float alpha, int M, int N, int K)
 {
@@ -388,7 +451,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 
     const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
     const int tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
-    const int num_tiles = tiles_m * tiles_n;
+    // Cluster tiles: CLUSTER_M tiles stacked along M. When tiles_m is odd, the second CTA of the last
+    // cluster row has no rows of C: TMA gives it zeros for A and clips its stores, and it still loads its
+    // half of B for its partner.
+    const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
+    const int num_tiles = cluster_rows * tiles_n;
+    const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
+    const int rank = CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_M
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
     const int warpgroup = threadIdx.x / 128;
 
@@ -400,12 +469,18 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < NUM_STAGES; ++s) {
-            mbarrier_init(smem_addr(&full_bar[s]), 1);                   // the producer's arrival
-            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4);  // one arrival per consumer warp
+            // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
+            mbarrier_init(smem_addr(&full_bar[s]), 1);
+            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * CLUSTER_M);
         }
         fence_mbarrier_init();
     }
-    __syncthreads();  // barriers initialised before anyone waits on them; no CTA-wide barrier after this
+    // Barriers initialised before anyone waits on them or, from the other CTA, arrives or multicasts.
+#if CLUSTER_M > 1
+    cluster_sync();
+#else
+    __syncthreads();
+#endif
 
     // Both roles walk the same tiles and the same k-tiles, so their stage/phase counters stay in step
     // across tiles without ever being reset.
@@ -416,22 +491,30 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            for (int tile_idx = blockIdx.x; tile_idx < num_tiles; tile_idx += gridDim.x) {
-                int tile_m, tile_n;
-                grouped_tile(tile_idx, tiles_m, tiles_n, tile_m, tile_n);
+            for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
+                int cluster_m, tile_n;
+                grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
+                const int tile_m = cluster_m * CLUSTER_M + rank;
                 for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-                    // Wait until the consumers have released this stage's previous contents. On the
+                    // Wait until the consumers of every CTA in the cluster (this producer's part of B
+                    // lands in all of them) have released this stage's previous contents. On the
                     // first pass the wait is for parity 1, the phase "before" a fresh barrier, which
                     // counts as complete: the producer fills all stages without waiting.
                     mbarrier_wait_parity(smem_addr(&empty_bar[stage]), phase ^ 1);
                     const unsigned bar = smem_addr(&full_bar[stage]);
                     const unsigned a_dst = smem_base + stage * STAGE_BYTES;
                     const unsigned b_dst = a_dst + A_TILE_BYTES;
-                    // One box per operand: BLOCK_M x 128 bytes of A and BLOCK_N x 128 bytes of B (48 KB
-                    // in fp16), zero-filled past M, N or K and counted in full either way.
+                    // This CTA's A tile (BLOCK_M x 128 bytes) and its 1/CLUSTER_M of the B tile, sent to
+                    // every CTA of the cluster; the others send the rest of B. The full barrier waits for
+                    // all of it (48 KB in fp16), zero-filled past M, N or K and counted in full either way.
                     mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
                     tma_load_2d(a_dst, &tma_a, bar, k_tile * BLOCK_K, tile_m * BLOCK_M);
+#if CLUSTER_M > 1
+                    tma_load_2d_multicast(b_dst + rank * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
+                                          tile_n * BLOCK_N + rank * B_BOX_ROWS, (1u << CLUSTER_M) - 1);
+#else
                     tma_load_2d(b_dst, &tma_b, bar, k_tile * BLOCK_K, tile_n * BLOCK_N);
+#endif
                     if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
                 }
             }
@@ -446,9 +529,10 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         int epi_chunk = 0;
 
-        for (int tile_idx = blockIdx.x; tile_idx < num_tiles; tile_idx += gridDim.x) {
-            int tile_m, tile_n;
-            grouped_tile(tile_idx, tiles_m, tiles_n, tile_m, tile_n);
+        for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
+            int cluster_m, tile_n;
+            grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
+            const int tile_m = cluster_m * CLUSTER_M + rank;
 
             float acc[BLOCK_N / 2];
 #pragma unroll
@@ -478,13 +562,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 // This batch stays in flight; the one before it (k-tile - 1) has now finished reading its
                 // stage, which this warp releases.
                 wgmma_wait_group<1>();
-                if (k_tile > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty_bar[prev_stage]));
+                if (k_tile > 0 && lane == 0) release_stage(smem_addr(&empty_bar[prev_stage]));
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
-            if (lane == 0) mbarrier_arrive(smem_addr(&empty_bar[prev_stage]));
+            if (lane == 0) release_stage(smem_addr(&empty_bar[prev_stage]));
             acc_register_fence(acc);
 
             // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -----------
@@ -551,4 +635,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();
     }
+#if CLUSTER_M > 1
+    // The other CTA may still arrive on this CTA's barriers: neither leaves before both are done.
+    __syncwarp();
+    cluster_sync();
+#endif
 }

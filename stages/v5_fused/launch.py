@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from deepgemm.config import GemmConfig
+from deepgemm.config import GemmConfig, require_in
 from deepgemm.dtypes import dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.launch import KernelLaunch, tma_gemm_launch
@@ -24,7 +24,9 @@ SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle s
 STORE_ROWS = 16  # each consumer warp stores its 16 rows of C ...
 STORE_BYTES = 128  # ... in boxes of 128 bytes of columns, the 128B swizzle span (EPI_BOX_BYTES = 2 KB)
 STORE_SMEM_BYTES = 2 * 4 * 2 * STORE_ROWS * STORE_BYTES  # 2 consumers x 4 warps x 2 boxes (EPI_BYTES)
-DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 8})
+DEFAULTS = GemmConfig(
+    block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2}
+)
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
 
@@ -53,6 +55,7 @@ def plan(
     p = check_problem(a, b, out, out_dtype=out_dtype)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)
+    require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     bias_arg = bias_f32 if bias_f32 is not None else np.uint64(0)  # a null pointer when there is no bias
     return tma_gemm_launch(
