@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The recording runs, three parts that each fit one device call:
-#   scripts/h200_record.sh bench    GPU tests, then progression (4096^3, 8192^3), raster, epilogue, v5_cluster,
-#                                   v5_group_m and call suites
-#   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5
+#   scripts/h200_record.sh bench    GPU tests, then progression (4096^3, 8192^3), raster and epilogue suites
+#   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
+#                                   the v5_cluster, v5_group_m and call suites
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, v5 GROUP_M sweep
 # Everything lands in results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
@@ -23,9 +23,6 @@ if [ "$part" = bench ]; then
   python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -32
   python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
   python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
-  python3 -m deepgemm bench --suite v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
-  python3 -m deepgemm bench --suite v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
-  python3 -m deepgemm bench --suite call --shapes 4097,1x4096x4096,129x4096x4096 --dtype fp16 --record 2>&1 | tail -12
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
   gpu_tests
   STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
@@ -33,6 +30,9 @@ elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sa
 else
   timeout 300 python3 -m deepgemm profile --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -8
   STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh results/h200/sanitizer.txt
+  python3 -m deepgemm bench --suite v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
+  python3 -m deepgemm bench --suite v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
+  python3 -m deepgemm bench --suite call --shapes 4097,1x4096x4096,129x4096x4096 --dtype fp16 --record 2>&1 | tail -12
 fi
-cp results/h200/* "$out/" 2>/dev/null
-ls "$out"
+tar czf "$out/results_h200.tgz" results/h200  # one file back: everything this part wrote, and the rest
+tar tzf "$out/results_h200.tgz"
