@@ -80,9 +80,19 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_ACTIVE_CLUSTERS: dict[tuple[int, int, int, int], int] = {}  # (CUfunction, threads, smem, cluster) -> count
+
+
 def max_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int, cluster_size: int) -> int:
     """How many clusters of `kernel` (its compile-time cluster size) the GPU runs at once, from the
-    driver's occupancy calculator: SMs come in GPCs, and a cluster must fit in one."""
+    driver's occupancy calculator: SMs come in GPCs, and a cluster must fit in one. Asked once per kernel."""
+    key = (kernel.kernel.ptr, threads, dynamic_smem, cluster_size)
+    if key not in _ACTIVE_CLUSTERS:
+        _ACTIVE_CLUSTERS[key] = _query_active_clusters(kernel, threads, dynamic_smem, cluster_size)
+    return _ACTIVE_CLUSTERS[key]
+
+
+def _query_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int, cluster_size: int) -> int:
     from cuda.bindings import driver
 
     if dynamic_smem > 48 * 1024:

@@ -3,6 +3,7 @@
 #   scripts/h200_record.sh bench    GPU tests, then progression (4096^3, 8192^3), raster and epilogue suites
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
 #                                   the v5_cluster, v5_group_m and call suites
+#   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt)
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, v5 GROUP_M sweep
 # Everything lands in results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
@@ -14,15 +15,17 @@ part=${1:-bench}
 gpu_tests() {  # the whole suite on the GPU, its tail kept with the GPU, date and commit
   echo "# python3 -m pytest tests on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" > results/h200/gpu_tests.txt
-  timeout 420 python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tail -15 | tee -a results/h200/gpu_tests.txt
+  timeout 420 python3 -m pytest tests -q -rfE -p no:cacheprovider 2>&1 | tail -40 | tee -a results/h200/gpu_tests.txt
 }
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
-if [ "$part" = bench ]; then
-  gpu_tests
+if [ "$part" = bench ]; then  # the tests last: one of them checks that the kernels are the recorded ones
   python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -32
   python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
   python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
+  gpu_tests
+elif [ "$part" = tests ]; then
+  gpu_tests
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
   gpu_tests
   STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
