@@ -157,26 +157,40 @@ def cmd_run_once(args: argparse.Namespace) -> int:
     import cupy
 
     from deepgemm import stages
+    from deepgemm.bench import cublas_launch
     from deepgemm.check import random_problem
     from deepgemm.dtypes import input_dtype
+    from deepgemm.profile import CUBLAS
 
-    for stage in parse_stages(args.stage):
+    for stage in _profiled(args.stage):
         for m, n, k in _shapes(args):
             a, b = random_problem(m, n, k, input_dtype(args.dtype), seed=0)
-            launch = stages.load(stage).plan(a, b)
+            if stage == CUBLAS:
+                launch = cublas_launch(a, b, cupy.empty((m, n), dtype=a.dtype))
+            else:
+                launch = stages.load(stage).plan(a, b)
             launch()
             launch()
             cupy.cuda.Device().synchronize()
     return 0
 
 
+def _profiled(spec: str) -> list[str]:
+    """Stages as parse_stages reads them, plus "cublas" anywhere in the list (its kernel, profiled alike)."""
+    from deepgemm.profile import CUBLAS
+
+    parts = [part.strip() for part in spec.split(",") if part.strip()]
+    chosen = parse_stages(",".join(p for p in parts if p != CUBLAS)) if parts != [CUBLAS] else []
+    return chosen + ([CUBLAS] if CUBLAS in parts else [])
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     from deepgemm.profile import profile_stage, top_stalls
 
     if not gpu_available():
-        return show_recorded("profile")
+        return show_recorded(args.name)
     rows = []
-    for stage in parse_stages(args.stages):
+    for stage in _profiled(args.stages):
         for m, n, k in _shapes(args):
             for dtype in _dtypes(args.dtype):
                 row = profile_stage(stage, m, n, k, dtype)
@@ -184,7 +198,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 stalls = ", ".join(f"{r} {v:.2f}" for r, v in top_stalls(row))
                 print(f"{stage} {dtype} {m}x{n}x{k}: tensor pipe {row['tensor_pipe_active_pct']}%, stalls: {stalls}")
     if args.record:
-        print(f"recorded in {results.save('profile', rows, results.provenance())}")
+        print(f"recorded in {results.save(args.name, rows, results.provenance())}")
     return 0
 
 
@@ -203,8 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     table.set_defaults(run=cmd_table)
     sub.add_parser("info", help="the GPU and software this would measure on").set_defaults(run=cmd_info)
     profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")
-    profile.add_argument("--stages", default="all")
-    profile.add_argument("--record", action="store_true", help="write results/h200/profile.json")
+    profile.add_argument("--stages", default="all", help='e.g. "all", "v4,v5", "v5,cublas" (cuBLAS\'s kernel)')
+    profile.add_argument("--record", action="store_true", help="write results/h200/<name>.json")
+    profile.add_argument("--name", default="profile", help="the record's name (default: profile)")
     _add_problem_args(profile)
     profile.set_defaults(run=cmd_profile)
     once = sub.add_parser("run-once", help="two launches of one stage (the target ncu profiles)")

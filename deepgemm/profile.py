@@ -37,11 +37,18 @@ METRICS = {
     "sm_clock_hz": "sm__cycles_elapsed.avg.per_second",
     "registers_per_thread": "launch__registers_per_thread",
     "dynamic_smem_bytes": "launch__shared_mem_per_block_dynamic",
+    "sm_cycles": "sm__cycles_elapsed.max",  # clock-free: compares kernels that ran at different clocks
+    "l2_bytes": "lts__t_bytes.sum",  # all traffic the L2 slices served, operands, C and DRAM fills
+    "grid_size": "launch__grid_size",
+    "cluster_size": "launch__cluster_dim_x",
 }
+CUBLAS = "cublas"  # profiled like a stage: the cuBLAS kernel cupy.matmul launches for the same operands
+CUBLAS_KERNELS = "regex:nvjet|gemm|xmma|cutlass"  # cuBLAS's GEMM kernel names, not CuPy's own kernels
 
 
 def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
-    """ncu on one launch of `gemm_kernel` (the second: the first may include module loading)."""
+    """ncu on one launch of `gemm_kernel`, or of cuBLAS's kernel for stage "cublas" (the second launch: the
+    first may include module loading)."""
     ncu = shutil.which("ncu")
     if ncu is None:
         raise RuntimeError("ncu (Nsight Compute) is not on the PATH")
@@ -49,7 +56,8 @@ def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
     target += ["--k", str(k), "--dtype", dtype]
     return [
         ncu, "--clock-control", "none", "--csv", "--page", "raw",
-        "--kernel-name", "gemm_kernel", "--launch-skip", "1", "--launch-count", "1",
+        "--kernel-name", CUBLAS_KERNELS if stage == CUBLAS else "gemm_kernel",
+        "--launch-skip", "1", "--launch-count", "1",
         "--metrics", ",".join(METRICS.values()), *target,
     ]  # fmt: skip
 
@@ -72,8 +80,8 @@ def _number(value: str) -> float | str:
 
 
 def tidy(raw: dict[str, float | str]) -> dict[str, Any]:
-    """Our names for ncu's metrics; a metric ncu did not report is None."""
-    return {ours: raw.get(theirs) for ours, theirs in METRICS.items()}
+    """Our names for ncu's metrics, and the kernel's name; a metric ncu did not report is None."""
+    return {"kernel": raw.get("Kernel Name"), **{ours: raw.get(theirs) for ours, theirs in METRICS.items()}}
 
 
 def profile_stage(stage: str, m: int, n: int, k: int, dtype: str, timeout_s: float = 300) -> dict[str, Any]:
