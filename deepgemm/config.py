@@ -45,11 +45,15 @@ class GemmConfig:
         return {name: value for name, value in out.items() if value is not None}
 
     def value(self, name: str) -> int:
-        """A knob by its define name (`BLOCK_M`, `GROUP_M`)."""
-        defines = self.defines()
-        if name not in defines:
-            raise ValueError(f"this config has no knob {name}; it has {sorted(defines)}")
-        return defines[name]
+        """A knob by its define name (`BLOCK_M`, `GROUP_M`); a plan asks a dozen times, so no dict is built."""
+        core = name.lower()
+        found = self.extra.get(name) if core not in _CORE_FIELDS else getattr(self, core)
+        if found is None:
+            raise ValueError(f"this config has no knob {name}; it has {sorted(self.defines())}")
+        return found
+
+
+_CORE_FIELDS = frozenset(f.name for f in fields(GemmConfig) if f.name != "extra")
 
 
 def require_multiple(cfg: GemmConfig, name: str, multiple: int, why: str) -> None:

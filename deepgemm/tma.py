@@ -63,7 +63,22 @@ def tile_map_spec(
 
 
 def encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
-    """The 128-byte tensor map for `x`, as the value a `const __grid_constant__ TmaDesc` takes."""
+    """The 128-byte tensor map for `x`, as the value a `const __grid_constant__ TmaDesc` takes. A map holds
+    only the address, shape, strides, type, box and swizzle, so maps are cached by exactly those: calling
+    the driver costs tens of microseconds, a large part of a small GEMM's host time."""
+    key = (x.data.ptr, x.shape, x.strides, np.dtype(x.dtype).str, box_rows, box_cols, swizzle_bytes)
+    if key not in _MAPS:
+        if len(_MAPS) >= MAP_CACHE_SIZE:
+            _MAPS.pop(next(iter(_MAPS)))  # the oldest entry
+        _MAPS[key] = _encode_tile_map(x, box_rows, box_cols, swizzle_bytes)
+    return _MAPS[key]
+
+
+MAP_CACHE_SIZE = 256
+_MAPS: dict[tuple, np.void] = {}
+
+
+def _encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
     from cuda.bindings import driver
 
     spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)

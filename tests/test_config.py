@@ -50,3 +50,13 @@ def test_every_bench_suite_is_dispatched():
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         cli._run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
     assert set(cli.CONFIG_SWEEPS) | {"progression", "epilogue", "call"} == set(cli.SUITES)
+
+
+def test_value_reads_core_fields_and_extra_knobs_by_define_name():
+    from deepgemm.config import GemmConfig
+
+    cfg = GemmConfig(block_m=128, num_stages=4, extra={"GROUP_M": 16})
+    assert (cfg.value("BLOCK_M"), cfg.value("NUM_STAGES"), cfg.value("GROUP_M")) == (128, 4, 16)
+    for missing in ("BLOCK_N", "CLUSTER_M"):
+        with pytest.raises(ValueError, match=f"no knob {missing}"):
+            cfg.value(missing)

@@ -47,3 +47,24 @@ def test_tma_describable_follows_the_16_byte_rules(ptr, row_bytes, itemsize, des
     from deepgemm.tma import tma_describable
 
     assert tma_describable(_matrix(ptr, row_bytes, itemsize)) is describable
+
+
+def test_tensor_maps_are_encoded_once_per_address_shape_and_box(monkeypatch):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from deepgemm import tma
+
+    calls = []
+    monkeypatch.setattr(tma, "_MAPS", {})
+    monkeypatch.setattr(tma, "_encode_tile_map", lambda x, *box: calls.append((x.data.ptr, *box)) or len(calls))
+
+    def matrix(ptr, rows=64):
+        return SimpleNamespace(data=SimpleNamespace(ptr=ptr), shape=(rows, 64), strides=(128, 2), dtype=np.float16)
+
+    assert tma.encode_tile_map(matrix(0x1000), 64, 64, 128) == tma.encode_tile_map(matrix(0x1000), 64, 64, 128) == 1
+    tma.encode_tile_map(matrix(0x2000), 64, 64, 128)  # another address
+    tma.encode_tile_map(matrix(0x1000, rows=32), 64, 64, 128)  # another shape
+    tma.encode_tile_map(matrix(0x1000), 32, 64, 128)  # another box
+    assert len(calls) == 4
