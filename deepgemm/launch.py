@@ -80,6 +80,10 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
+    return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
+
+
 _ACTIVE_CLUSTERS: dict[tuple[int, int, int, int], int] = {}  # (CUfunction, threads, smem, cluster) -> count
 
 
@@ -123,10 +127,6 @@ def persistent_grid(
         return min(output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"])
     cluster_tiles = ceil_div(ceil_div(problem.m, block_m), cluster_m) * ceil_div(problem.n, block_n)
     return min(cluster_tiles, max_active_clusters(kernel, threads, dynamic_smem, cluster_m)) * cluster_m
-
-
-def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
-    return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
 
 
 ALIGN_SLACK_BYTES = 1024  # the TMA stages round their buffers up to a 1024-byte boundary (swizzle atoms)
