@@ -39,6 +39,8 @@ METRICS = {
     "dynamic_smem_bytes": "launch__shared_mem_per_block_dynamic",
     "sm_cycles": "sm__cycles_elapsed.max",  # clock-free: compares kernels that ran at different clocks
     "l2_bytes": "lts__t_bytes.sum",  # all traffic the L2 slices served, operands, C and DRAM fills
+    "l2_sectors_from_sms": "lts__t_sectors_srcunit_tex.sum",  # of which the SMs' own requests (TMA included)
+    "l2_sectors_fabric": "lts__t_sectors_srcunit_ltcfabric.sum",  # and traffic between the two L2 partitions
     "grid_size": "launch__grid_size",
     "cluster_size": "launch__cluster_dim_x",
 }
