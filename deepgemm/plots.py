@@ -192,9 +192,7 @@ def stall_breakdown(
 
 
 BANK_CONFLICT_COLUMNS = (
-    ("stage", "stage", 0),
-    ("dtype", "dtype", 0),
-    ("shape", "M x N x K", 0),
+    *results.ROW_ID_COLUMNS,
     ("ld", "ld", 0),
     ("ld_pct", "ld %", 1),
     ("st", "st", 0),
@@ -231,9 +229,7 @@ def bank_conflict_table(
 
 
 PROFILE_COLUMNS = (
-    ("stage", "stage", 0),
-    ("dtype", "dtype", 0),
-    ("shape", "M x N x K", 0),
+    *results.ROW_ID_COLUMNS,
     ("duration_us", "us", 0),
     ("tensor_pipe_active_pct", "tensor pipe %", 1),
     ("sm_throughput_pct", "SM %", 1),
@@ -270,9 +266,7 @@ def profile_summary(
 
 
 NUMERICS_COLUMNS = (
-    ("stage", "stage", 0),
-    ("dtype", "dtype", 0),
-    ("shape", "M x N x K", 0),
+    *results.ROW_ID_COLUMNS,
     ("max_abs", "max abs", 4),
     ("max_rel", "max rel", 4),
     ("rel_fro", "rel. Frobenius", 6),
@@ -285,9 +279,7 @@ NUMERICS_COLUMNS = (
 
 
 CLOCK_COLUMNS = (
-    ("stage", "stage", 0),
-    ("dtype", "dtype", 0),
-    ("shape", "M x N x K", 0),
+    *results.ROW_ID_COLUMNS,
     ("tflops", "TFLOP/s", 1),
     ("sm_clock_mhz", "SM MHz", 0),
     ("power_w", "W", 0),
@@ -297,9 +289,7 @@ CLOCK_COLUMNS = (
 
 
 VARIANT_COLUMNS = (
-    ("stage", "stage", 0),
-    ("dtype", "dtype", 0),
-    ("shape", "M x N x K", 0),
+    *results.ROW_ID_COLUMNS,
     ("tflops", "TFLOP/s", 1),
     ("x_tflops", "x TFLOP/s", 3),
     ("sm_clock_mhz", "SM MHz", 0),
@@ -307,6 +297,17 @@ VARIANT_COLUMNS = (
     ("pct_peak_at_clock", "% peak@clk", 1),
     ("x_at_clock", "x % peak@clk", 3),
 )
+
+
+def shipped_rows(rows: Iterable[Row], stage: str = "v5") -> list[Row]:
+    """The rows of `stage` as it ships, from any suite: plain ('v5_fused') or named by a setting that is its
+    default ('v5_fused GROUP_M=16' in the tile-order suite, 'v5_fused CLUSTER_M=2' in the cluster suite)."""
+    from deepgemm import stages
+
+    name = stage_name(stage)
+    defaults = stages.load(name).DEFAULTS.extra
+    names = {name} | {f"{name} {knob}={value}" for knob, value in defaults.items()}
+    return [row for row in rows if row["stage"] in names]
 
 
 def variant_value(stage: str, name: str = "GROUP_M") -> int | None:

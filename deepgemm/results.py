@@ -121,10 +121,14 @@ def _cell(value: Any, digits: int) -> str:
     return str(value)
 
 
-COLUMNS = (
+ROW_ID_COLUMNS = (  # what every table starts with: which stage, dtype and shape a row is
     ("stage", "stage", 0),
     ("dtype", "dtype", 0),
     ("shape", "M x N x K", 0),
+)
+
+COLUMNS = (
+    *ROW_ID_COLUMNS,
     ("tflops", "TFLOP/s", 1),
     ("pct_peak", "% peak", 1),
     ("pct_peak_at_clock", "% peak@clk", 1),
@@ -149,9 +153,7 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, st
 
 
 MARKDOWN_COLUMNS = (
-    ("stage", "stage", 0),
-    ("dtype", "dtype", 0),
-    ("shape", "M x N x K", 0),
+    *ROW_ID_COLUMNS,
     ("tflops", "TFLOP/s", 1),
     ("pct_peak", "% of 989.4", 1),
     ("pct_peak_at_clock", "% of peak at clock", 1),

@@ -255,3 +255,13 @@ def test_variant_plot_draws_one_point_per_setting_in_each_panel():
         assert sum(len(line.get_xdata()) for line in ax.lines) == 4  # the four GROUP_M rows, cuBLAS left out
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "8", "16"]
     assert count_points(plots.variant_plot(rows, "bf16")) == 0 and not plots.variant_plot(rows, "bf16").axes[0].lines
+
+
+def test_shipped_rows_finds_v5_as_it_ships_in_every_suite():
+    from deepgemm import stages
+
+    defaults = stages.load("v5").DEFAULTS.extra
+    names = ["v5_fused", f"v5_fused GROUP_M={defaults['GROUP_M']}", f"v5_fused CLUSTER_M={defaults['CLUSTER_M']}"]
+    others = ["v5_fused GROUP_M=1", "v5_fused CLUSTER_M=1", "v4_pipeline_swizzle", "cublas"]
+    rows = [{"stage": s} for s in names + others]
+    assert [r["stage"] for r in plots.shipped_rows(rows)] == names
