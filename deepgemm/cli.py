@@ -57,6 +57,7 @@ SUITES = {
     "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
     "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 16, 1, 8)",
     "v5_cluster": "v5 with B multicast to clusters of two CTAs (CLUSTER_M 2) and without (1)",
+    "v5_grid": "v5 with the persistent grid sized for full rounds of tiles (BALANCED_ROUNDS 1) and one CTA per SM (0)",
     "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
 }
 
@@ -69,6 +70,7 @@ CONFIG_SWEEPS = {  # suite: (stage, knob, settings; the first is the stage's def
     "raster": ("v4_pipeline_swizzle", "GROUP_M", (8, 1)),
     "v5_group_m": ("v5_fused", "GROUP_M", (16, 1, 8)),
     "v5_cluster": ("v5_fused", "CLUSTER_M", (2, 1)),
+    "v5_grid": ("v5_fused", "BALANCED_ROUNDS", (1, 0)),
 }
 
 

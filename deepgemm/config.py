@@ -1,7 +1,8 @@
 """GemmConfig: the compile-time knobs of a stage, their defaults and their checks.
 
 A stage declares its defaults as a GemmConfig; a caller's GemmConfig overrides the fields it sets. Every
-field becomes a `-D` define of the same name in upper case, which is how `kernel.cu` receives it.
+field becomes a `-D` define of the same name in upper case, which is how `kernel.cu` receives it, except
+the launch knobs (LAUNCH_KNOBS), which only the launcher reads: how many CTAs the grid has, say.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ class GemmConfig:
         return replace(merged, extra={**defaults.extra, **self.extra})
 
     def defines(self) -> dict[str, int]:
-        """The `-D` defines this config compiles to."""
+        """The `-D` defines this config compiles to (the launch knobs are not among them)."""
         out = {f.name.upper(): getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         out.update(self.extra)
-        return {name: value for name, value in out.items() if value is not None}
+        return {name: value for name, value in out.items() if value is not None and name not in LAUNCH_KNOBS}
 
     def value(self, name: str) -> int:
         """A knob by its define name (`BLOCK_M`, `GROUP_M`); a plan asks a dozen times, so no dict is built."""
@@ -54,6 +55,8 @@ class GemmConfig:
 
 
 _CORE_FIELDS = frozenset(f.name for f in fields(GemmConfig) if f.name != "extra")
+# Knobs of the launch, not of the kernel: v5's BALANCED_ROUNDS sizes its persistent grid.
+LAUNCH_KNOBS = frozenset({"BALANCED_ROUNDS"})
 
 
 def require_multiple(cfg: GemmConfig, name: str, multiple: int, why: str) -> None:

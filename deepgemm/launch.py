@@ -112,6 +112,14 @@ def _query_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: i
     return clusters
 
 
+def balanced_workers(tiles: int, slots: int) -> int:
+    """The fewest persistent workers (CTAs or clusters) that finish `tiles` in as few rounds as `slots`
+    workers would. 512 tiles on 132 SMs take 4 rounds either way, the last one a sixth empty; 128 CTAs
+    take the same 4 rounds with every round full, and the 4 idle SMs leave power to the others."""
+    rounds = ceil_div(tiles, slots)
+    return ceil_div(tiles, rounds)
+
+
 def persistent_grid(
     problem: Problem,
     block_m: int,
@@ -120,13 +128,18 @@ def persistent_grid(
     threads: int,
     dynamic_smem: int,
     cluster_m: int,
+    balance_rounds: bool = False,
 ) -> int:
     """One CTA per SM (per tile when there are fewer tiles); with clusters of `cluster_m` CTAs along M,
-    as many whole clusters as have a cluster tile and fit on the GPU at once."""
+    as many whole clusters as have a cluster tile and fit on the GPU at once. With `balance_rounds`, only
+    as many as the tiles need to finish in that many rounds (`balanced_workers`)."""
     if cluster_m == 1:
-        return min(output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"])
-    cluster_tiles = ceil_div(ceil_div(problem.m, block_m), cluster_m) * ceil_div(problem.n, block_n)
-    return min(cluster_tiles, max_active_clusters(kernel, threads, dynamic_smem, cluster_m)) * cluster_m
+        tiles, slots = output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"]
+    else:
+        tiles = ceil_div(ceil_div(problem.m, block_m), cluster_m) * ceil_div(problem.n, block_n)
+        slots = max_active_clusters(kernel, threads, dynamic_smem, cluster_m)
+    workers = balanced_workers(tiles, slots) if balance_rounds else min(tiles, slots)
+    return workers * cluster_m
 
 
 ALIGN_SLACK_BYTES = 1024  # the TMA stages round their buffers up to a 1024-byte boundary (swizzle atoms)
@@ -141,6 +154,7 @@ def tma_gemm_launch(
     swizzle_bytes: int,
     threads: int,
     persistent: bool = False,
+    balance_rounds: bool = False,
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
     store_box: tuple[int, int] | None = None,
@@ -148,8 +162,8 @@ def tma_gemm_launch(
     keep_alive: tuple = (),
 ) -> KernelLaunch:
     """What v3-v5 share: K-major operands, their tensor maps, the kernel, a 1-D grid of output tiles
-    (at most one CTA per SM when `persistent`, in clusters of the config's CLUSTER_M), and the pipeline's
-    shared memory.
+    (at most one CTA per SM when `persistent`, in clusters of the config's CLUSTER_M, and with
+    `balance_rounds` no more than keep every round of tiles full), and the pipeline's shared memory.
 
     Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
     the kernel stores C through a 128B-swizzled tensor map of that box, from `store_smem_bytes` of shared
@@ -172,7 +186,7 @@ def tma_gemm_launch(
         tma_c = encode_tile_map(target, *store_box, swizzle_bytes=128)
         args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
     if persistent:
-        grid = persistent_grid(problem, block_m, block_n, kernel, threads, dynamic_smem, cluster_m)
+        grid = persistent_grid(problem, block_m, block_n, kernel, threads, dynamic_smem, cluster_m, balance_rounds)
     else:
         grid = output_tiles(problem, block_m, block_n)
     return KernelLaunch(

@@ -25,7 +25,11 @@ STORE_ROWS = 16  # each consumer warp stores its 16 rows of C ...
 STORE_BYTES = 128  # ... in boxes of 128 bytes of columns, the 128B swizzle span (EPI_BOX_BYTES = 2 KB)
 STORE_SMEM_BYTES = 2 * 4 * 2 * STORE_ROWS * STORE_BYTES  # 2 consumers x 4 warps x 2 boxes (EPI_BYTES)
 DEFAULTS = GemmConfig(
-    block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2}
+    block_m=128,
+    block_n=256,
+    block_k=64,
+    num_stages=4,
+    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "BALANCED_ROUNDS": 1},
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
@@ -56,6 +60,7 @@ def plan(
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
+    require_in(cfg, "BALANCED_ROUNDS", (0, 1), "1: only as many CTAs as keep every round of tiles full")
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     bias_arg = bias_f32 if bias_f32 is not None else np.uint64(0)  # a null pointer when there is no bias
     return tma_gemm_launch(
@@ -65,6 +70,7 @@ def plan(
         swizzle_bytes=SWIZZLE_BYTES,
         threads=THREADS,
         persistent=True,
+        balance_rounds=bool(cfg.value("BALANCED_ROUNDS")),
         epilogue_args=(bias_arg, np.float32(alpha)),
         epilogue_defines=epilogue_defines(bias is not None, activation, p.out.dtype),
         store_box=(STORE_ROWS, STORE_BYTES // p.out.itemsize),
