@@ -100,6 +100,7 @@ def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a")
         *BASE_OPTIONS,
         f"-I{cuda_include_dir()}",
         "--ptxas-options=-v",
+        "--no-cache",  # NVRTC 12.9+ may reuse an earlier compile, and then ptxas runs and reports nothing
         *define_options(defines),
     ]
     program = nvrtc.createProgram(source, f"{stage}/kernel.cu", [], [])
@@ -112,4 +113,6 @@ def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a")
         cubin = nvrtc.getCUBIN(program) + b"\0"  # the binding drops the cubin's last byte
     finally:
         nvrtc.destroyProgram(program)
+    if "Used" not in log:
+        raise RuntimeError(f"{stage}: ptxas printed no resource report, so registers and spills are unknown:\n{log}")
     return CompileReport(cubin=cubin, log=log, **parse_ptxas(log))
