@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recording runs, three parts that each fit one device call:
+# The recording runs, four parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3), raster, epilogue and v5_grid suites, then
 #                                   the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
