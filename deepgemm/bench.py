@@ -1,9 +1,10 @@
 """Timing: warm-up, equally long batches of back-to-back launches timed with CUDA events, the median.
 
-Input sets rotate so that a batch does not run out of the 60 MB L2. The H200 is power-bound (its SM clock
-falls from 1980 MHz to about 1500 within a second of GEMMs), so NVML samples the SM clock and the board
-power while each batch runs, every row reports them, and TFLOP/s is also given as a percentage of the
-peak at the clock measured. cuBLAS is timed by the same function in the same run.
+Input sets rotate so that a batch does not run out of the 60 MB L2. The H200 is power-bound (under GEMMs it
+holds its 700 W limit by lowering the SM clock from 1980 MHz to about 1500), so NVML samples the SM clock,
+the board power and the power-cap flag while each batch runs, every row reports them, and TFLOP/s is also
+given as a percentage of the peak at the clock measured. cuBLAS is timed by the same function in the same
+run; `bench_pairs` alternates it with a stage to measure a small gap with its spread.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cupy
 
@@ -19,6 +21,7 @@ PEAK_TFLOPS = 989.4  # dense FP16/BF16 tensor peak of the H100/H200 SXM datashee
 PEAK_CLOCK_MHZ = 1830.0  # the clock that peak assumes: 132 SMs x 4096 FLOP per clock
 L2_BYTES = 60 * 2**20
 SLOW_BATCHES = 3
+SW_POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap
 
 
 def gemm_flops(m: int, n: int, k: int) -> int:
@@ -40,30 +43,55 @@ def input_sets_needed(bytes_per_set: int, l2_bytes: int = L2_BYTES, at_most: int
 
 
 class PowerSampler:
-    """SM clock (MHz) and board power (W) through NVML; silent Nones where NVML is missing."""
+    """SM clock (MHz), board power (W) and the power-cap flag through NVML; silent Nones where NVML is missing.
 
-    def __init__(self) -> None:
+    Power is the instantaneous reading (NVML field NVML_FI_DEV_POWER_INSTANT) where the driver has it: the
+    older nvmlDeviceGetPowerUsage is a one-second average, which for a 60 ms batch mostly averages the idle
+    second before it. The flag is NVML's "SW power cap" clock-event reason: set while the driver holds the
+    SM clock down to keep the board within its power limit (700 W on the H200 SXM).
+    """
+
+    def __init__(self, nvml: Any = None, handle: Any = None) -> None:
+        """With no arguments, NVML's handle of the current device; tests pass a stand-in for both."""
         self.clocks: list[float] = []
         self.powers: list[float] = []
-        try:
-            import pynvml
+        self.capped: list[bool] = []
+        self._nvml, self._handle = nvml, handle
+        if nvml is None:
+            try:
+                import pynvml
 
-            pynvml.nvmlInit()
-            pci_bus = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
-            self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus.encode())
-        except Exception:  # no NVML: the rows say None rather than a made-up clock
-            self._nvml = None
+                pynvml.nvmlInit()
+                pci_bus = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
+                self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus.encode())
+            except Exception:  # no NVML: the rows say None rather than a made-up clock
+                self._nvml = None
+
+    def _power_w(self) -> float:
+        field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is not None:
+            value = self._nvml.nvmlDeviceGetFieldValues(self._handle, [field])[0]
+            if value.nvmlReturn == 0:
+                return value.value.uiVal / 1000.0
+        return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # the one-second average
+
+    def _power_capped(self) -> bool:
+        reasons = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if reasons is None:  # the name before NVML 12.2
+            reasons = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return bool(reasons(self._handle) & SW_POWER_CAP_REASON)
 
     def sample(self) -> None:
         if self._nvml is None:
             return
         self.clocks.append(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
-        self.powers.append(self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0)
+        self.powers.append(self._power_w())
+        self.capped.append(self._power_capped())
 
     def reset(self) -> None:
         self.clocks.clear()
         self.powers.clear()
+        self.capped.clear()
 
     @staticmethod
     def _median(values: list[float]) -> float | None:
@@ -75,6 +103,10 @@ class PowerSampler:
     def median_power(self) -> float | None:
         return self._median(self.powers)
 
+    def capped_pct(self) -> float | None:
+        """The share of samples, in percent, taken while the SW power cap held the clock down."""
+        return 100.0 * sum(self.capped) / len(self.capped) if self.capped else None
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -85,6 +117,7 @@ class Timing:
     launches_per_batch: int
     sm_clock_mhz: float | None
     power_w: float | None
+    power_capped_pct: float | None = None
 
 
 def _run_batch(launches: Sequence[Callable[[], object]], count: int, sampler: PowerSampler) -> float:
@@ -123,6 +156,7 @@ def time_launches(
         launches_per_batch=per_batch,
         sm_clock_mhz=sampler.median_clock(),
         power_w=sampler.median_power(),
+        power_capped_pct=sampler.capped_pct(),
     )
 
 
@@ -177,6 +211,7 @@ def timing_fields(timing: Timing, m: int, n: int, k: int) -> dict[str, float | i
         "pct_peak_at_clock": 100 * rate / at_clock if at_clock else None,
         "sm_clock_mhz": timing.sm_clock_mhz,
         "power_w": timing.power_w,
+        "power_capped_pct": timing.power_capped_pct,
         "launches_per_batch": timing.launches_per_batch,
     }
 
@@ -365,3 +400,39 @@ def bench_call(
     for row in rows:
         _log_row(row, log)
     return [*with_ratios(rows, baseline), baseline]
+
+
+def bench_pairs(
+    stage: str,
+    m: int,
+    n: int,
+    k: int,
+    dtype_name: str,
+    *,
+    pairs: int = 6,
+    settle_s: float = 1.0,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, object]]:
+    """A stage and cuBLAS timed alternately, `pairs` times, the order swapped from one pair to the next.
+
+    One progression row per stage says little about a gap of a percent or two: the card's clock drifts with
+    its temperature and the power cap, and whichever row runs first meets a cooler card. Each pair's ratio
+    compares two rows measured seconds apart, and swapping the order cancels what running first is worth.
+    """
+    from deepgemm import stages as stage_registry
+
+    work = Workload.make(m, n, k, dtype_name)
+    outs = [cupy.empty((m, n), dtype=a.dtype) for a, _ in work.problems]
+    launchers = {
+        "cublas": [cublas_launch(a, b, out) for (a, b), out in zip(work.problems, outs)],
+        stage: [stage_registry.load(stage).plan(a, b) for a, b in work.problems],
+    }
+    rows = []
+    for pair in range(pairs):
+        order = ("cublas", stage) if pair % 2 == 0 else (stage, "cublas")
+        measured = {name: measure(name, work, launchers[name], settle_s=settle_s) for name in order}
+        for name in order:
+            measured[name].update(pair=pair, x_cublas=measured[name]["tflops"] / measured["cublas"]["tflops"])
+            _log_row(measured[name], log)
+            rows.append(measured[name])
+    return rows

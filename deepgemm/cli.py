@@ -58,6 +58,7 @@ SUITES = {
     "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 16, 1, 8)",
     "v5_cluster": "v5 with B multicast to clusters of two CTAs (CLUSTER_M 2) and without (1)",
     "v5_grid": "v5 with the persistent grid sized for full rounds of tiles (BALANCED_ROUNDS 1) and one CTA per SM (0)",
+    "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
     "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
 }
 
@@ -89,6 +90,8 @@ def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], d
         return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=_log)
     if suite == "call":
         return bench.bench_call(m, n, k, dtype, settle_s=settle, log=_log)
+    if suite == "pairs":
+        return bench.bench_pairs("v5_fused", m, n, k, dtype, settle_s=settle, log=_log)
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
 
 
@@ -101,10 +104,18 @@ def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "pr
     return rows
 
 
+def print_rows(rows: Sequence[dict]) -> None:
+    """The rows as a table; for the pairs suite, then each pair's ratio summed up."""
+    print(results.format_table(rows))
+    summary = results.pair_summary(rows)
+    if summary:
+        print(results.format_table(summary, results.PAIR_COLUMNS))
+
+
 def show_recorded(name: str = "progression") -> int:
     record = results.load(name)
     print(results.recorded_banner(record["provenance"]))
-    print(results.format_table(record["rows"]))
+    print_rows(record["rows"])
     print(f"(command: {record['provenance']['command']})")
     return 0
 
@@ -113,7 +124,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not gpu_available():
         return show_recorded(args.suite)
     rows = _run_bench(parse_stages(args.stages), args, args.suite)
-    print(results.format_table(rows))
+    print_rows(rows)
     if args.record:
         path = results.save(args.suite, rows, results.provenance())
         print(f"recorded {len(rows)} rows in {path}")

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -137,6 +138,7 @@ COLUMNS = (
     ("max_abs_err", "max abs err", 4),
     ("sm_clock_mhz", "SM MHz", 0),
     ("power_w", "W", 0),
+    ("power_capped_pct", "% power-capped", 0),
 )
 
 
@@ -178,3 +180,34 @@ def stage_rows(rows: Sequence[dict[str, Any]], stage: str) -> list[dict[str, Any
     """One stage's rows and the cuBLAS rows measured beside them (same dtype and shape)."""
     shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows if r["stage"] == stage}
     return [r for r in rows if r["stage"] in (stage, "cublas") and (r["dtype"], r["m"], r["n"], r["k"]) in shapes]
+
+
+def pair_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage, dtype and shape of a `pairs` record: the median, lowest and highest x cuBLAS over its pairs."""
+    groups: dict[tuple, list[float]] = {}
+    for row in rows:
+        if row["stage"] != "cublas" and "pair" in row:
+            groups.setdefault((row["stage"], row["dtype"], row["m"], row["n"], row["k"]), []).append(row["x_cublas"])
+    return [
+        {
+            "stage": stage,
+            "dtype": dtype,
+            "m": m,
+            "n": n,
+            "k": k,
+            "pairs": len(ratios),
+            "x_cublas_median": statistics.median(ratios),
+            "x_cublas_min": min(ratios),
+            "x_cublas_max": max(ratios),
+        }
+        for (stage, dtype, m, n, k), ratios in groups.items()
+    ]
+
+
+PAIR_COLUMNS = (
+    *ROW_ID_COLUMNS,
+    ("pairs", "pairs", 0),
+    ("x_cublas_median", "x cuBLAS, median", 3),
+    ("x_cublas_min", "lowest", 3),
+    ("x_cublas_max", "highest", 3),
+)

@@ -1,0 +1,87 @@
+"""The timing harness's own logic: NVML sampling and the alternating v5 / cuBLAS pairs."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from deepgemm import bench, results
+
+
+class FakeNvml:
+    """Stands in for pynvml (its camelCase names): a clock, instantaneous and averaged power, event reasons."""
+
+    NVML_CLOCK_SM = 0
+    NVML_FI_DEV_POWER_INSTANT = 186
+
+    def __init__(self, *, instant_mw: int | None, average_mw: int, reasons: list[int]) -> None:
+        self.instant_mw, self.average_mw, self.reasons = instant_mw, average_mw, list(reasons)
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return 1500
+
+    def nvmlDeviceGetFieldValues(self, handle, fields):
+        assert fields == [self.NVML_FI_DEV_POWER_INSTANT]
+        ok = self.instant_mw is not None
+        value = types.SimpleNamespace(uiVal=self.instant_mw or 0)
+        return [types.SimpleNamespace(nvmlReturn=0 if ok else 3, value=value)]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return self.average_mw
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self.reasons.pop(0)
+
+
+def test_sampler_reads_instantaneous_power_and_the_power_cap_flag():
+    nvml = FakeNvml(instant_mw=698_000, average_mw=231_000, reasons=[0x4, 0x4, 0x4 | 0x1, 0x0])
+    sampler = bench.PowerSampler(nvml, handle="gpu0")
+    for _ in range(4):
+        sampler.sample()
+    assert sampler.median_power() == pytest.approx(698.0)  # not the one-second average
+    assert sampler.median_clock() == 1500
+    assert sampler.capped_pct() == pytest.approx(75.0)  # bit 0x4 set in three of four samples
+    sampler.reset()
+    assert sampler.capped_pct() is None and sampler.median_power() is None
+
+
+def test_sampler_falls_back_to_the_average_where_the_field_is_missing():
+    nvml = FakeNvml(instant_mw=None, average_mw=231_000, reasons=[0x0])
+    sampler = bench.PowerSampler(nvml, handle="gpu0")
+    sampler.sample()
+    assert sampler.median_power() == pytest.approx(231.0)
+    assert sampler.capped_pct() == 0.0
+
+
+def _pair_rows(ratios: list[float]) -> list[dict]:
+    rows = []
+    for pair, ratio in enumerate(ratios):
+        base = {"dtype": "fp16", "m": 4096, "n": 4096, "k": 4096, "pair": pair}
+        rows += [{**base, "stage": "cublas", "x_cublas": 1.0}, {**base, "stage": "v5_fused", "x_cublas": ratio}]
+    return rows
+
+
+def test_pair_summary_gives_median_and_spread_per_stage_and_shape():
+    rows = _pair_rows([0.98, 1.01, 0.99, 0.97])
+    rows += [{**r, "m": 8192, "n": 8192, "k": 8192} for r in _pair_rows([1.02, 1.03])]
+    summary = results.pair_summary(rows)
+    assert [(s["m"], s["pairs"]) for s in summary] == [(4096, 4), (8192, 2)]
+    assert summary[0]["x_cublas_median"] == pytest.approx(0.985)
+    assert (summary[0]["x_cublas_min"], summary[0]["x_cublas_max"]) == (0.97, 1.01)
+    assert "0.985" in results.format_table(summary, results.PAIR_COLUMNS)
+
+
+def test_pair_summary_ignores_records_without_pairs():
+    assert results.pair_summary([{"stage": "v5_fused", "dtype": "fp16", "m": 1, "n": 1, "k": 1, "x_cublas": 1.0}]) == []
+
+
+@pytest.mark.gpu
+def test_pairs_alternate_and_compare_within_each_pair():
+    rows = bench.bench_pairs("v5_fused", 512, 512, 512, "fp16", pairs=2, settle_s=0.0, log=lambda _: None)
+    assert [r["stage"] for r in rows] == ["cublas", "v5_fused", "v5_fused", "cublas"]
+    assert all(r["passed"] for r in rows)
+    for pair in (0, 1):
+        cublas, v5 = (next(r for r in rows if r["pair"] == pair and r["stage"] == s) for s in ("cublas", "v5_fused"))
+        assert cublas["x_cublas"] == 1.0
+        assert v5["x_cublas"] == pytest.approx(v5["tflops"] / cublas["tflops"])
