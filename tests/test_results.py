@@ -107,3 +107,19 @@ def test_bench_without_gpu_prints_the_record_and_says_so():
     first = out.splitlines()[0]
     assert first.startswith("RECORDED results (no GPU here): NVIDIA H200")
     assert "v5_fused" in out and "cublas" in out
+
+
+def test_recorded_pairs_alternate_and_compare_within_each_pair():
+    rows = results.load("pairs")["rows"]
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["dtype"], row["m"], row["n"], row["k"], row["pair"]), []).append(row)
+    assert len(groups) >= 4 * 6  # two shapes x two dtypes x six pairs
+    for (_, _, _, _, pair), (first, second) in groups.items():
+        assert [first["stage"], second["stage"]] == (
+            ["cublas", "v5_fused"] if pair % 2 == 0 else ["v5_fused", "cublas"]
+        )
+        v5, cublas = (first, second) if first["stage"] == "v5_fused" else (second, first)
+        assert v5["passed"] and cublas["passed"]
+        assert v5["x_cublas"] == pytest.approx(v5["tflops"] / cublas["tflops"])
+        assert cublas["power_capped_pct"] is not None and v5["power_w"] > 300  # instantaneous power, under load
