@@ -615,3 +615,37 @@ def variant_plot(rows: Sequence[Row], dtype: str = "fp16", name: str = "GROUP_M"
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{dtype}: tile order")
     return fig
+
+
+def pairs_plot(rows: Sequence[Row], stage: str = "v5_fused") -> Figure:
+    """The `pairs` suite: each pair's x cuBLAS (dots) and their median (bar) per shape and dtype, and beside it
+    the SM clock each kernel ran at in every pair, so a reader sees whether a gap is cycles or clock."""
+    summary = [row for row in results.pair_summary(rows) if row["stage"] == stage]
+    if not summary:
+        return _empty(f"no recorded pairs of {stage} and cuBLAS")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.4), layout="constrained")
+    ratio_ax, clock_ax = fig.subplots(1, 2)
+    labels = []
+    for i, group in enumerate(summary):
+        key = (group["dtype"], group["m"], group["n"], group["k"])
+        mine = [row for row in rows if (row["dtype"], row["m"], row["n"], row["k"]) == key and "pair" in row]
+        ratios = [row["x_cublas"] for row in mine if row["stage"] == stage]
+        ratio_ax.bar(i, group["x_cublas_median"] - 1.0, bottom=1.0, color=_color(stage), alpha=0.35, width=0.6)
+        ratio_ax.plot([i] * len(ratios), ratios, "o", color=_color(stage), ms=4)
+        for name, offset, marker in ((stage, -0.15, "o"), ("cublas", 0.15, "s")):
+            clocks = [_number(row.get("sm_clock_mhz")) or float("nan") for row in mine if row["stage"] == name]
+            clock_ax.plot([i + offset] * len(clocks), clocks, marker, color=_color(name), ms=4,
+                          label=_short(name) if i == 0 else None)  # fmt: skip
+        size = (
+            f"{group['m']}^3" if group["m"] == group["n"] == group["k"] else f"{group['m']}x{group['n']}x{group['k']}"
+        )
+        labels.append(f"{group['dtype']}\n{size}")
+    ratio_ax.axhline(1.0, color="black", lw=0.8)
+    for ax in (ratio_ax, clock_ax):
+        ax.set_xticks(range(len(labels)), labels)
+    ratio_ax.set_title(f"{_short(stage)} / cuBLAS per pair (bar: median)", fontsize=10)
+    clock_ax.set_title("SM clock in each pair, MHz", fontsize=10)
+    clock_ax.legend(fontsize=8)
+    return fig

@@ -41,6 +41,8 @@ METRICS = {
     "l2_bytes": "lts__t_bytes.sum",  # all traffic the L2 slices served, operands, C and DRAM fills
     "l2_sectors_from_sms": "lts__t_sectors_srcunit_tex.sum",  # of which the SMs' own requests (TMA included)
     "l2_sectors_fabric": "lts__t_sectors_srcunit_ltcfabric.sum",  # and traffic between the two L2 partitions
+    "l2_read_sectors_from_sms": "lts__t_sectors_srcunit_tex_op_read.sum",  # the SMs' reads: what L2 was asked
+    "smem_fill_bytes": "l1tex__m_xbar2l1tex_read_bytes.sum",  # what arrived in the SMs (a multicast counts per SM)
     "grid_size": "launch__grid_size",
     "cluster_size": "launch__cluster_dim_x",
 }

@@ -265,3 +265,31 @@ def test_shipped_rows_finds_v5_as_it_ships_in_every_suite():
     others = ["v5_fused GROUP_M=1", "v5_fused CLUSTER_M=1", "v4_pipeline_swizzle", "cublas"]
     rows = [{"stage": s} for s in names + others]
     assert [r["stage"] for r in plots.shipped_rows(rows)] == names
+
+
+def _pairs_rows(ratios: list[float]) -> list[dict]:
+    """SYNTHETIC pairs rows at 4096^3 fp16: cuBLAS at 1500 MHz, v5 at 1470, v5's ratio as given."""
+    rows = []
+    for pair, ratio in enumerate(ratios):
+        base = {"dtype": "fp16", "m": 4096, "n": 4096, "k": 4096, "pair": pair}
+        rows += [
+            {**base, "stage": "cublas", "x_cublas": 1.0, "sm_clock_mhz": 1500.0},
+            {**base, "stage": "v5_fused", "x_cublas": ratio, "sm_clock_mhz": 1470.0},
+        ]
+    return rows
+
+
+def test_pairs_plot_shows_every_pair_its_median_and_both_clocks():
+    ratios = [0.98, 0.99, 1.01]
+    fig = plots.pairs_plot(_pairs_rows(ratios))
+    ratio_ax, clock_ax = fig.axes
+    assert sorted(y for line in ratio_ax.lines for y in line.get_ydata() if y != 1.0) == ratios
+    bar = next(p for p in ratio_ax.patches if isinstance(p, Rectangle))
+    assert bar.get_y() + bar.get_height() == pytest.approx(0.99)  # the median, drawn up from 1.0
+    clocks = sorted(y for line in clock_ax.lines for y in line.get_ydata())
+    assert clocks == [1470.0] * 3 + [1500.0] * 3
+
+
+def test_pairs_plot_without_pairs_says_so():
+    fig = plots.pairs_plot([{"stage": "v5_fused", "dtype": "fp16", "m": 1, "n": 1, "k": 1, "x_cublas": 1.0}])
+    assert any("no recorded pairs" in t.get_text() for t in fig.axes[0].texts)
