@@ -43,6 +43,11 @@ METRICS = {
     "l2_sectors_fabric": "lts__t_sectors_srcunit_ltcfabric.sum",  # and traffic between the two L2 partitions
     "l2_read_sectors_from_sms": "lts__t_sectors_srcunit_tex_op_read.sum",  # the SMs' reads: what L2 was asked
     "smem_fill_bytes": "l1tex__m_xbar2l1tex_read_bytes.sum",  # what arrived in the SMs (a multicast counts per SM)
+    # The L2 request coalescer in front of each L2 slice: the read sectors the SMs' requests name, those a
+    # multicast names once for several SMs, and those it merged with an identical request still in flight
+    "lrc_request_sectors": "lrc__request_sectors_op_read_coalescable.sum",
+    "lrc_multicast_sectors": "lrc__request_sectors_op_read_coalescing_type_programmatic.sum",
+    "lrc_merged_sectors": "lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum",
     "grid_size": "launch__grid_size",
     "cluster_size": "launch__cluster_dim_x",
 }
