@@ -75,18 +75,23 @@ class PowerSampler:
                 return value.value.uiVal / 1000.0
         return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # the one-second average
 
-    def _power_capped(self) -> bool:
+    def _power_capped(self) -> bool | None:
         reasons = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if reasons is None:  # the name before NVML 12.2
             reasons = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        return bool(reasons(self._handle) & SW_POWER_CAP_REASON)
+        try:
+            return bool(reasons(self._handle) & SW_POWER_CAP_REASON)
+        except Exception:  # a driver that does not report the reasons: no flag rather than a made-up one
+            return None
 
     def sample(self) -> None:
         if self._nvml is None:
             return
         self.clocks.append(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
         self.powers.append(self._power_w())
-        self.capped.append(self._power_capped())
+        capped = self._power_capped()
+        if capped is not None:
+            self.capped.append(capped)
 
     def reset(self) -> None:
         self.clocks.clear()

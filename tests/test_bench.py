@@ -54,6 +54,17 @@ def test_sampler_falls_back_to_the_average_where_the_field_is_missing():
     assert sampler.capped_pct() == 0.0
 
 
+def test_sampler_leaves_the_flag_out_where_the_driver_does_not_report_it():
+    class NoReasons(FakeNvml):
+        def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    sampler = bench.PowerSampler(NoReasons(instant_mw=650_000, average_mw=0, reasons=[]), handle="gpu0")
+    sampler.sample()
+    assert sampler.median_power() == pytest.approx(650.0)
+    assert sampler.capped_pct() is None
+
+
 def _pair_rows(ratios: list[float]) -> list[dict]:
     rows = []
     for pair, ratio in enumerate(ratios):
