@@ -48,6 +48,7 @@ METRICS = {
     "lrc_request_sectors": "lrc__request_sectors_op_read_coalescable.sum",
     "lrc_multicast_sectors": "lrc__request_sectors_op_read_coalescing_type_programmatic.sum",
     "lrc_merged_sectors": "lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum",
+    "warp_instructions": "smsp__inst_executed.sum",  # issued work besides the tensor cores': costs power
     "grid_size": "launch__grid_size",
     "cluster_size": "launch__cluster_dim_x",
 }

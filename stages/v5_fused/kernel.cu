@@ -16,6 +16,10 @@
 //     time, into a 128B-swizzled box in shared memory (stmatrix for 16-bit outputs) and one lane hands
 //     the box to a bulk tensor store. The consumers go straight on to the next tile's wgmma while the
 //     TMA unit drains the boxes to global memory; C's bounds clip the boxes, so tails cost nothing extra.
+//   - issues less besides the tensor cores' work: a waiting thread sleeps on its barrier (try_wait with a
+//     suspend hint) instead of spinning, and the main loop adds offsets to wgmma descriptors built once
+//     instead of rebuilding them every k-tile. The card runs at its power limit, so fewer instructions
+//     issued per GEMM is a higher SM clock for the same work.
 // What still limits it: converting and activating a tile still happens while the tensor cores wait (with
 // GELU: two MUFU operations per element, about 5% of a 4096^3 tile), and when the tile count is not a
 // multiple of the SM count the last round leaves SMs idle.
@@ -120,6 +124,8 @@ static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLO
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
               "every tile starts on a 1024-byte boundary, where the 8-row swizzle pattern restarts");
+static_assert((227 * 1024) / 16 < (1 << 14),
+              "any shared-memory address fits the descriptor's 14-bit start field, so offsets added to it never carry");
 static_assert(NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 + 2 * NUM_STAGES * 8 <= 227 * 1024,
               "a CTA may use 227 KB of shared memory: stages, store boxes, alignment slack, barriers");
 
@@ -156,17 +162,21 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
 }
 
-// Spins until the phase with the given parity has completed.
+// Waits until the phase with the given parity has completed. Without a time hint, try_wait gives up after
+// a short, system-dependent time and the loop spins, issuing instructions for nothing; with one, the
+// thread sleeps (NANOSLEEP.SYNCS in SASS) until the barrier changes or the hint's time has passed. On a
+// card held at its power limit, every instruction issued is clock taken from the tensor cores.
+constexpr unsigned WAIT_SUSPEND_HINT_NS = 10000000;  // an upper bound only: the phase change wakes the thread
 __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {
     unsigned done = 0;
     do {
         asm volatile(
             "{\n"
             ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
             "selp.u32 %0, 1, 0, p;\n"
             "}\n"
-            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+            : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
     } while (!done);
 }
 
@@ -385,12 +395,14 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
 
 // Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
 // every CTA of the cluster, because each CTA's producer writes its part of B into all of them.
-__device__ __forceinline__ void release_stage(unsigned empty_bar) {
+// empty_bar0[rank] is the address of empty_bar[0] in CTA rank (mapa_shared, once); the barriers are
+// 8 bytes apart there as here.
+__device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[CLUSTER_M], int stage) {
 #if CLUSTER_M > 1
 #pragma unroll
-    for (unsigned rank = 0; rank < CLUSTER_M; ++rank) mbarrier_arrive_cluster(mapa_shared(empty_bar, rank));
+    for (int rank = 0; rank < CLUSTER_M; ++rank) mbarrier_arrive_cluster(empty_bar0[rank] + stage * 8);
 #else
-    mbarrier_arrive(empty_bar);
+    mbarrier_arrive(empty_bar0[0] + stage * 8);
 #endif
 }
 
@@ -522,12 +534,29 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     } else {
         // ---- consumers: wait for a stage, multiply, release it; then the fused epilogue -------------
         setmaxnreg_inc<CONSUMER_REGS>();
-        const int consumer = warpgroup - 1;
+        // Read from lane 0, the warpgroup index is provably the same in every lane, so the compiler keeps
+        // what is derived from it (the descriptors below) in uniform registers.
+        const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
         const int warp = (threadIdx.x % 128) / 32;
         const int lane = threadIdx.x % 32;
         // This warp's two store boxes; the chunk counter runs on across tiles and picks the box.
         const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         int epi_chunk = 0;
+
+        // The main loop's operands, built once. Stage 0's descriptors: this consumer's 64 rows of A are
+        // 64 x 128 bytes (8 swizzle patterns) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
+        // 8-row groups; LBO unused for this layout (16 B, field value 1). Another stage or k16 step only
+        // moves the start address, the descriptor's low 14 bits in 16-byte units, so the loop adds to
+        // these instead of rebuilding them: half the main loop's instructions, and on this power-capped
+        // card instructions cost clock.
+        const unsigned long long desc_a0 =
+            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
+        const unsigned long long desc_b0 = make_smem_desc(smem_base + A_TILE_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
+        const unsigned full_bar0 = smem_addr(&full_bar[0]);
+        unsigned empty_bar0[CLUSTER_M];
+#pragma unroll
+        for (int r = 0; r < CLUSTER_M; ++r)
+            empty_bar0[r] = CLUSTER_M > 1 ? mapa_shared(smem_addr(&empty_bar[0]), r) : smem_addr(&empty_bar[0]);
 
         for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
             int cluster_m, tile_n;
@@ -541,34 +570,29 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // ---- main loop over K -------------------------------------------------------------------
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
             for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-                mbarrier_wait_parity(smem_addr(&full_bar[stage]), phase);
+                mbarrier_wait_parity(full_bar0 + stage * 8, phase);
 
-                // This consumer's 64 rows of A are 64 x 128 bytes (8 swizzle patterns) into the A tile.
-                const unsigned a_base = smem_base + stage * STAGE_BYTES + consumer * WG_ROWS * SWIZZLE_ROW_BYTES;
-                const unsigned b_base = smem_base + stage * STAGE_BYTES + A_TILE_BYTES;
-
+                const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
                 wgmma_fence();  // acc was written by ordinary instructions (zeroing, the last epilogue's reads)
 #pragma unroll
                 for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
-                    // k16 step kk is the 32-byte column kk of every 128-byte row: advance the start
-                    // address by 32 bytes; the hardware applies the same XOR as TMA, from the address
-                    // bits. SBO = 1024 bytes (8 rows x 128 B) between 8-row groups; LBO unused for this
-                    // layout (16 B, field value 1).
-                    const unsigned long long desc_a = make_smem_desc(a_base + kk * 32, 16, 8 * SWIZZLE_ROW_BYTES);
-                    const unsigned long long desc_b = make_smem_desc(b_base + kk * 32, 16, 8 * SWIZZLE_ROW_BYTES);
-                    wgmma_m64n256k16(acc, desc_a, desc_b, 1);
+                    // k16 step kk is the 32-byte column kk of every 128-byte row: the start address moves
+                    // by 32 bytes (2 in the descriptor); the hardware applies the same XOR as TMA, from
+                    // the address bits.
+                    const unsigned long long step = stage_desc + kk * (32 / 16);
+                    wgmma_m64n256k16(acc, desc_a0 + step, desc_b0 + step, 1);
                 }
                 wgmma_commit_group();
                 // This batch stays in flight; the one before it (k-tile - 1) has now finished reading its
                 // stage, which this warp releases.
                 wgmma_wait_group<1>();
-                if (k_tile > 0 && lane == 0) release_stage(smem_addr(&empty_bar[prev_stage]));
+                if (k_tile > 0 && lane == 0) release_stage(empty_bar0, prev_stage);
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
-            if (lane == 0) release_stage(smem_addr(&empty_bar[prev_stage]));
+            if (lane == 0) release_stage(empty_bar0, prev_stage);
             acc_register_fence(acc);
 
             // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -----------
