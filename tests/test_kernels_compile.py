@@ -3,6 +3,8 @@ and the SASS hold what the stage claims. No GPU needed."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from kernels import PORTABLE_STAGES, TENSOR_CORE_STAGES, compiled, launcher_defines, sass
 
@@ -62,6 +64,34 @@ def test_v5_cluster_arrivals_carry_no_gpu_wide_fence():
     code = sass("v5_fused", launcher_defines("v5_fused", False))
     assert "SYNCS.ARRIVE.TRANS64.RED" in code  # the remote arrivals are there
     assert code.count("MEMBAR.ALL.GPU") <= 2
+
+
+V5_MAIN_LOOP_MAX_INSTRUCTIONS = 64  # NVRTC: 48 with the descriptors built once, 95 when rebuilt every k-tile
+
+
+def _sass_loop_around(code: str, marker: str) -> list[str]:
+    """The instructions of the innermost loop holding the first `marker`: from the target of the first
+    backward branch after it to that branch."""
+    lines = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*;)", code)]
+    first = next(addr for addr, text in lines if marker in text)
+    for addr, text in lines:
+        branch = re.search(r"BRA (?:\S+ )?0x([0-9a-f]+)", text)
+        if addr > first and branch and int(branch.group(1), 16) <= first:
+            start = int(branch.group(1), 16)
+            return [t for a, t in lines if start <= a <= addr]
+    raise AssertionError(f"no loop around {marker}")
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_v5_main_loop_issues_little_besides_the_wgmma(bf16):
+    """On the power-capped H200 every instruction costs clock: the descriptors are built once, so a k-tile
+    is the barrier wait, four HGMMA, the release and little else; and a wait sleeps (NANOSLEEP.SYNCS from
+    try_wait's suspend hint) instead of spinning."""
+    code = sass("v5_fused", launcher_defines("v5_fused", bf16))
+    loop = _sass_loop_around(code, "HGMMA.64x256x16")
+    assert sum("HGMMA" in text for text in loop) == 4, loop
+    assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{len(loop)} instructions per k-tile:\n" + "\n".join(loop)
+    assert "NANOSLEEP.SYNCS" in code
 
 
 def _has(stage: str, bf16: bool, instruction: str) -> bool:
