@@ -1,11 +1,14 @@
-"""Command line: `python -m deepgemm bench | info | diff`, and `python -m stages.<stage>`."""
+"""Command line: `python -m deepgemm bench | table | info | profile | run-once | coalescer | diff`, and
+`python -m stages.<stage>`."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from deepgemm import results
 from deepgemm.stages import STAGES, parse_stages, stage_name
@@ -215,6 +218,39 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_coalescer(args: argparse.Namespace) -> int:
+    from deepgemm import coalescer
+
+    if args.run_plan:  # the target ncu profiles: the pairs of one plan, launched once each
+        coalescer.run_pairs(json.loads(Path(args.run_plan).read_text()), warm=args.warm)
+        return 0
+    if not gpu_available():
+        return show_recorded("coalescer")
+    groups, rows = coalescer.probe()
+    print(f"{len(groups)} SM groups from clusters: sizes {sorted(len(g) for g in groups)}")
+    for row in rows:
+        if row["delay"] > 0 or row["sm_b"] < 4:
+            print(
+                f"{row['data']:4s} SMs {row['sm_a']} and {row['sm_b']:3d} (same GPC: {row['same_gpc']!s:5s}), "
+                f"second starts {row['delay']:5d} cycles late: {row['second_reader_merged']:.2f} of its reads merged"
+            )
+    for data in coalescer.DATA_SOURCES:
+        for same in (True, False):
+            shares = [r["second_reader_merged"] for r in rows if r["data"] == data and r["delay"] == 0
+                      and r["same_gpc"] is same]  # fmt: skip
+            if shares:
+                print(
+                    f"{data:4s} start together, {'same GPC ' if same else 'other GPC'}: {len(shares)} partners, "
+                    f"merged {min(shares):.2f} to {max(shares):.2f}"
+                )
+    if args.record:
+        prov = results.provenance()
+        print(f"recorded in {results.save('coalescer', rows, prov)}")
+        gpcs = [{"group": i, "sms": group} for i, group in enumerate(groups)]
+        print(f"recorded in {results.save('gpc_map', gpcs, prov)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deepgemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -239,6 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--stage", required=True, help="one or more, e.g. v3,v4,v5")
     _add_problem_args(once)
     once.set_defaults(run=cmd_run_once)
+    probe = sub.add_parser("coalescer", help="which SMs' identical L2 reads are merged (Nsight Compute)")
+    probe.add_argument("--record", action="store_true", help="write results/h200/coalescer.json and gpc_map.json")
+    probe.add_argument("--run-plan", default=None, help=argparse.SUPPRESS)  # ncu's target: pairs from a JSON file
+    probe.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # with --run-plan: data in L2 first
+    probe.set_defaults(run=cmd_coalescer)
     diff = sub.add_parser("diff", help="what a stage changes in the kernel")
     diff.add_argument("stage")
     diff.add_argument("--against", default=None, help="default: the previous stage")

@@ -91,10 +91,15 @@ def cuda_include_dir() -> str:
 
 
 def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
-    """Compile without a GPU through NVRTC; raises RuntimeError with the compiler log on failure."""
+    """Compile a stage without a GPU through NVRTC; raises RuntimeError with the compiler log on failure."""
+    return compile_file_report(kernel_path(stage), stage, defines, arch)
+
+
+def compile_file_report(path: Path, name: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
+    """Compile any .cu file as `compile_report` compiles a stage (the harness's own probe kernels too)."""
     from cupy.cuda import nvrtc
 
-    source = kernel_path(stage).read_text()
+    source = path.read_text()
     options = [
         f"-arch={arch}",
         *BASE_OPTIONS,
@@ -103,16 +108,16 @@ def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a")
         "--no-cache",  # NVRTC 12.9+ may reuse an earlier compile, and then ptxas runs and reports nothing
         *define_options(defines),
     ]
-    program = nvrtc.createProgram(source, f"{stage}/kernel.cu", [], [])
+    program = nvrtc.createProgram(source, f"{name}/{path.name}", [], [])
     try:
         try:
             nvrtc.compileProgram(program, options)
         except nvrtc.NVRTCError:
-            raise RuntimeError(f"{stage} failed to compile:\n{nvrtc.getProgramLog(program)}") from None
+            raise RuntimeError(f"{name} failed to compile:\n{nvrtc.getProgramLog(program)}") from None
         log = nvrtc.getProgramLog(program)
         cubin = nvrtc.getCUBIN(program) + b"\0"  # the binding drops the cubin's last byte
     finally:
         nvrtc.destroyProgram(program)
     if "Used" not in log:
-        raise RuntimeError(f"{stage}: ptxas printed no resource report, so registers and spills are unknown:\n{log}")
+        raise RuntimeError(f"{name}: ptxas printed no resource report, so registers and spills are unknown:\n{log}")
     return CompileReport(cubin=cubin, log=log, **parse_ptxas(log))

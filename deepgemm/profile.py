@@ -56,12 +56,18 @@ CUBLAS = "cublas"  # profiled like a stage: the cuBLAS kernel cupy.matmul launch
 CUBLAS_KERNELS = "regex:nvjet|gemm|xmma|cutlass"  # cuBLAS's GEMM kernel names, not CuPy's own kernels
 
 
-def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
-    """ncu on one launch of `gemm_kernel`, or of cuBLAS's kernel for stage "cublas" (the second launch: the
-    first may include module loading)."""
+def ncu_binary() -> str:
+    """The ncu executable, or a RuntimeError that says it is missing."""
     ncu = shutil.which("ncu")
     if ncu is None:
         raise RuntimeError("ncu (Nsight Compute) is not on the PATH")
+    return ncu
+
+
+def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
+    """ncu on one launch of `gemm_kernel`, or of cuBLAS's kernel for stage "cublas" (the second launch: the
+    first may include module loading)."""
+    ncu = ncu_binary()
     target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
     target += ["--k", str(k), "--dtype", dtype]
     return [
@@ -72,14 +78,22 @@ def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
     ]  # fmt: skip
 
 
-def parse_ncu_csv(text: str) -> dict[str, float | str]:
-    """The first kernel row of `ncu --csv --page raw` output, keyed by metric name (units row dropped)."""
+def parse_ncu_rows(text: str) -> list[dict[str, float | str]]:
+    """Every kernel row of `ncu --csv --page raw` output, in launch order, keyed by metric name (the units
+    row dropped). The program's own output may come before the table."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ValueError("no CSV table in ncu's output:\n" + text[-2000:])
-    header, _units, first, *_ = csv.reader(io.StringIO("\n".join(lines[start:])))
-    return {name: _number(value) for name, value in zip(header, first)}
+    header, _units, *rows = csv.reader(io.StringIO("\n".join(line for line in lines[start:] if line.startswith('"'))))
+    if not rows:
+        raise ValueError("ncu's table has no kernel rows:\n" + text[-2000:])
+    return [{name: _number(value) for name, value in zip(header, row)} for row in rows]
+
+
+def parse_ncu_csv(text: str) -> dict[str, float | str]:
+    """The first kernel row of `ncu --csv --page raw` output, keyed by metric name (units row dropped)."""
+    return parse_ncu_rows(text)[0]
 
 
 def _number(value: str) -> float | str:

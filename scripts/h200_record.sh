@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recording runs, five parts that each fit one device call:
+# The recording runs, six parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3), raster, epilogue and v5_grid suites, then
 #                                   the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
@@ -7,6 +7,7 @@
 #   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt)
 #   scripts/h200_record.sh pairs    v5 and cuBLAS alternated six times per shape and dtype, then the GPU tests
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, v5 GROUP_M sweep
+#   scripts/h200_record.sh coalescer  the L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
 # Everything lands in results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -29,6 +30,9 @@ if [ "$part" = bench ]; then  # the tests last: one of them checks that the kern
   gpu_tests
 elif [ "$part" = pairs ]; then
   python3 -m deepgemm bench --suite pairs --shapes 4096,8192 --dtype both --record 2>&1 | tail -8
+  gpu_tests
+elif [ "$part" = coalescer ]; then
+  timeout 300 python3 -m deepgemm coalescer --record 2>&1 | tail -24
   gpu_tests
 elif [ "$part" = tests ]; then
   gpu_tests

@@ -293,3 +293,27 @@ def test_pairs_plot_shows_every_pair_its_median_and_both_clocks():
 def test_pairs_plot_without_pairs_says_so():
     fig = plots.pairs_plot([{"stage": "v5_fused", "dtype": "fp16", "m": 1, "n": 1, "k": 1, "x_cublas": 1.0}])
     assert any("no recorded pairs" in t.get_text() for t in fig.axes[0].texts)
+
+
+def _coalescer_rows() -> list[dict]:
+    """As the probe plans them: every partner at delay 0, then a delay sweep for SM 1; in L2 and DRAM."""
+    rows = []
+    for data, late_share in (("L2", 0.0), ("DRAM", 0.8)):
+        for sm, same in ((1, True), (2, False), (16, True)):
+            rows.append({"sm_a": 0, "sm_b": sm, "delay": 0, "data": data, "same_gpc": same,
+                         "second_reader_merged": 1.0 if same else 0.0})  # fmt: skip
+        rows.append({"sm_a": 0, "sm_b": 1, "delay": 200, "data": data, "same_gpc": True,
+                     "second_reader_merged": late_share})  # fmt: skip
+    return rows
+
+
+def test_coalescer_plot_shows_every_partner_and_the_delay_sweeps():
+    fig = plots.coalescer_plot(_coalescer_rows())
+    partner_ax, delay_ax = fig.axes
+    heights = sorted(p.get_height() for p in partner_ax.patches if isinstance(p, Rectangle))
+    assert heights == [0.0, 1.0, 1.0]
+    assert sorted(tuple(line.get_ydata()) for line in delay_ax.lines) == [(1.0, 0.0), (1.0, 0.8)]
+
+
+def test_coalescer_plot_without_a_record_says_so():
+    assert any("no recorded coalescer" in t.get_text() for t in plots.coalescer_plot([]).axes[0].texts)

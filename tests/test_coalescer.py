@@ -1,0 +1,102 @@
+"""The L2 coalescer probe: the GPC grouping, the pair plan, the rows it records, its ncu command and its
+kernels (compiled for sm_90a without a GPU); on a GPU, that the map covers every SM and the readers run."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deepgemm import coalescer, profile
+from deepgemm.jit import compile_file_report
+
+LRC = coalescer.METRICS
+
+
+def test_clusters_that_share_an_sm_are_one_gpc_and_unplaced_sms_stand_alone():
+    groups = coalescer.union_groups([[0, 1, 16, 17], [16, 40], [2, 3], [99, 7]], sm_count=42)
+    assert [0, 1, 16, 17, 40] in groups and [2, 3] in groups
+    assert [5] in groups  # never placed
+    assert sorted(sm for g in groups for sm in g) == list(range(42))  # 99 is not an SM of this GPU
+
+
+def test_the_plan_pairs_the_anchor_with_every_sm_then_sweeps_one_near_and_one_far_partner():
+    plan = coalescer.pair_plan([[0, 1, 2, 3], [4, 5, 6, 7]])
+    together = [p for p in plan if p["delay"] == 0]
+    assert [p["sm_b"] for p in together] == list(range(1, 8)) and all(p["sm_a"] == 0 for p in plan)
+    late = [p for p in plan if p["delay"] > 0]
+    assert {p["sm_b"] for p in late} == {1, 4}
+    assert sorted({p["delay"] for p in late}) == sorted(d for d in coalescer.DELAYS if d > 0)
+
+
+def test_an_anchor_alone_in_its_group_gets_only_the_far_sweep():
+    plan = coalescer.pair_plan([[0], [1, 2]])
+    assert {p["sm_b"] for p in plan if p["delay"] > 0} == {1}
+
+
+def test_rows_give_the_share_of_the_second_readers_sectors_that_merged():
+    plan = [{"sm_a": 0, "sm_b": 1, "delay": 0}, {"sm_a": 0, "sm_b": 4, "delay": 0}]
+    measured = [{LRC["request_sectors"]: 131072.0, LRC["merged_sectors"]: 65536.0},
+                {LRC["request_sectors"]: 131072.0, LRC["merged_sectors"]: 0.0}]  # fmt: skip
+    rows = coalescer.pair_rows(plan, measured, [[0, 1], [4]], "L2")
+    assert [(r["same_gpc"], r["second_reader_merged"]) for r in rows] == [(True, 1.0), (False, 0.0)]
+    assert {r["data"] for r in rows} == {"L2"}
+
+
+def test_rows_refuse_a_profile_that_does_not_match_the_plan():
+    plan = [{"sm_a": 0, "sm_b": 1, "delay": 0}]
+    with pytest.raises(ValueError, match="1 pairs planned but 0"):
+        coalescer.pair_rows(plan, [], [[0, 1]], "L2")
+    with pytest.raises(ValueError, match="no coalescer counts"):
+        coalescer.pair_rows(plan, [{"Kernel Name": "twin_reads"}], [[0, 1]], "L2")
+
+
+def test_ncu_tables_with_several_launches_parse_in_launch_order():
+    header = '"ID","Kernel Name","lrc__request_sectors_op_read_coalescable.sum"'
+    lines = ["pairs done", header, '"","","sector"', '"0","twin_reads","131,072"', '"1","twin_reads","65,536"']
+    rows = profile.parse_ncu_rows("\n".join([*lines, "==PROF== Disconnected"]))
+    assert [r[LRC["request_sectors"]] for r in rows] == [131072.0, 65536.0]
+    with pytest.raises(ValueError, match="no kernel rows"):
+        profile.parse_ncu_rows("\n".join(lines[1:3]))
+
+
+def test_the_probe_profiles_only_the_readers_and_flushes_the_caches_for_dram(monkeypatch, tmp_path):
+    seen = {}
+
+    class Done:
+        returncode, stderr = 0, ""
+        stdout = '"ID","Kernel Name","x"\n"","",""\n"0","twin_reads","1"'
+
+    def fake_run(command, **_):
+        seen["command"] = command
+        seen["plan"] = json.loads(Path(command[command.index("--run-plan") + 1]).read_text())
+        return Done()
+
+    monkeypatch.setattr(profile.shutil, "which", lambda name: "/opt/ncu")
+    monkeypatch.setattr(coalescer.subprocess, "run", fake_run)
+    plan = [{"sm_a": 0, "sm_b": 3, "delay": 200}]
+    coalescer.profile_pairs(plan, "DRAM")
+    command = seen["command"]
+    assert command[command.index("--cache-control") + 1] == "all" and "--warm" not in command
+    assert command[command.index("--kernel-name") + 1] == "twin_reads"
+    assert command[command.index("--clock-control") + 1] == "none"
+    assert seen["plan"] == plan
+    coalescer.profile_pairs(plan, "L2")
+    assert seen["command"][seen["command"].index("--cache-control") + 1] == "none" and "--warm" in seen["command"]
+
+
+@pytest.mark.parametrize("cluster_size", [8, 16])
+def test_the_probe_kernels_compile_for_sm_90a(cluster_size):
+    report = compile_file_report(coalescer.SOURCE, "coalescer", {"CLUSTER_SIZE": cluster_size})
+    assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
+
+
+@pytest.mark.gpu
+def test_the_gpc_map_covers_every_sm_and_both_readers_run():
+    sm_count = coalescer._sm_count()
+    groups = coalescer.gpc_groups()
+    assert sorted(sm for g in groups for sm in g) == list(range(sm_count))
+    assert max(len(g) for g in groups) >= coalescer.PORTABLE_CLUSTER
+    near = next(g for g in groups if 0 in g)
+    partner = next((sm for sm in near if sm != 0), 1)
+    (done,) = coalescer.run_pairs([{"sm_a": 0, "sm_b": partner, "delay": 100}], warm=True)
+    assert done["cycles_a"] > 0 and done["cycles_b"] > 0
