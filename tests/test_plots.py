@@ -301,7 +301,7 @@ def _coalescer_rows() -> list[dict]:
     for data, late_share in (("L2", 0.0), ("DRAM", 0.8)):
         for sm, same in ((1, True), (2, False), (16, True)):
             rows.append({"sm_a": 0, "sm_b": sm, "delay": 0, "data": data, "same_gpc": same,
-                         "second_reader_merged": 1.0 if same else 0.0})  # fmt: skip
+                         "second_reader_merged": (1.0 if same else 0.0) if data == "DRAM" else 0.5})  # fmt: skip
         rows.append({"sm_a": 0, "sm_b": 1, "delay": 200, "data": data, "same_gpc": True,
                      "second_reader_merged": late_share})  # fmt: skip
     return rows
@@ -312,7 +312,7 @@ def test_coalescer_plot_shows_every_partner_and_the_delay_sweeps():
     partner_ax, delay_ax = fig.axes
     heights = sorted(p.get_height() for p in partner_ax.patches if isinstance(p, Rectangle))
     assert heights == [0.0, 1.0, 1.0]
-    assert sorted(tuple(line.get_ydata()) for line in delay_ax.lines) == [(1.0, 0.0), (1.0, 0.8)]
+    assert sorted(tuple(line.get_ydata()) for line in delay_ax.lines) == [(0.5, 0.0), (1.0, 0.8)]
 
 
 def test_coalescer_plot_without_a_record_says_so():
