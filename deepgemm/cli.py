@@ -225,24 +225,14 @@ def cmd_coalescer(args: argparse.Namespace) -> int:
         coalescer.run_pairs(json.loads(Path(args.run_plan).read_text()), warm=args.warm)
         return 0
     if not gpu_available():
-        return show_recorded("coalescer")
+        record = results.load("coalescer")
+        print(results.recorded_banner(record["provenance"]))
+        print("\n".join(coalescer.summary_lines(record["rows"])))
+        print(f"(command: {record['provenance']['command']})")
+        return 0
     groups, rows = coalescer.probe()
     print(f"{len(groups)} SM groups from clusters: sizes {sorted(len(g) for g in groups)}")
-    for row in rows:
-        if row["delay"] > 0 or row["sm_b"] < 4:
-            print(
-                f"{row['data']:4s} SMs {row['sm_a']} and {row['sm_b']:3d} (same GPC: {row['same_gpc']!s:5s}), "
-                f"second starts {row['delay']:5d} cycles late: {row['second_reader_merged']:.2f} of its reads merged"
-            )
-    for data in coalescer.DATA_SOURCES:
-        for same in (True, False):
-            shares = [r["second_reader_merged"] for r in rows if r["data"] == data and r["delay"] == 0
-                      and r["same_gpc"] is same]  # fmt: skip
-            if shares:
-                print(
-                    f"{data:4s} start together, {'same GPC ' if same else 'other GPC'}: {len(shares)} partners, "
-                    f"merged {min(shares):.2f} to {max(shares):.2f}"
-                )
+    print("\n".join(coalescer.summary_lines(rows)))
     if args.record:
         prov = results.provenance()
         print(f"recorded in {results.save('coalescer', rows, prov)}")

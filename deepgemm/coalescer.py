@@ -96,6 +96,30 @@ def pair_rows(
     return rows
 
 
+def summary_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What a probe found, as text: the delay sweeps, then for each data source the range of merged shares
+    over the partners a cluster placed with the anchor and over the others."""
+    lines = [
+        f"data from {row['data']:4s}: SMs {row['sm_a']} and {row['sm_b']:3d} "
+        f"({'placed together' if row['same_gpc'] else 'never placed together'} by a cluster), second reader "
+        f"{row['delay']:5d} cycles late: {row['second_reader_merged']:.2f} of its sectors merged"
+        for row in rows
+        if row["delay"] > 0
+    ]
+    for data in DATA_SOURCES:
+        for together in (True, False):
+            picked = [r for r in rows if r["data"] == data and r["delay"] == 0 and r["same_gpc"] is together]
+            if picked:
+                shares = [r["second_reader_merged"] for r in picked]
+                merging = sorted(r["sm_b"] for r in picked if r["second_reader_merged"] > 0.5)
+                lines.append(
+                    f"data from {data:4s}, same start, {len(picked):3d} partners "
+                    f"{'placed with' if together else 'never placed with'} SM {picked[0]['sm_a']}: merged "
+                    f"{min(shares):.2f} to {max(shares):.2f}; more than half on SMs {merging}"
+                )
+    return lines
+
+
 # ---- on the GPU ---------------------------------------------------------------------------------------
 
 

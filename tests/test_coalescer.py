@@ -100,3 +100,34 @@ def test_the_gpc_map_covers_every_sm_and_both_readers_run():
     partner = next((sm for sm in near if sm != 0), 1)
     (done,) = coalescer.run_pairs([{"sm_a": 0, "sm_b": partner, "delay": 100}], warm=True)
     assert done["cycles_a"] > 0 and done["cycles_b"] > 0
+
+
+def _recorded_like_rows() -> list[dict]:
+    rows = []
+    for data in ("L2", "DRAM"):
+        rows += [{"sm_a": 0, "sm_b": sm, "delay": 0, "data": data, "same_gpc": sm < 4,
+                  "second_reader_merged": 1.0 if sm < 4 or sm == 7 else 0.0} for sm in range(1, 8)]  # fmt: skip
+        rows.append({"sm_a": 0, "sm_b": 1, "delay": 200, "data": data, "same_gpc": True,
+                     "second_reader_merged": 0.0 if data == "L2" else 0.9})  # fmt: skip
+    return rows
+
+
+def test_the_summary_names_the_sweeps_and_which_partners_merged():
+    lines = coalescer.summary_lines(_recorded_like_rows())
+    assert any("DRAM" in line and "200 cycles late: 0.90" in line for line in lines)
+    together = [line for line in lines if "same start" in line]
+    assert len(together) == 4  # two data sources x placed with the anchor or not
+    assert any("never placed with SM 0" in line and "SMs [7]" in line for line in together)
+
+
+def test_without_a_gpu_the_command_prints_the_record(monkeypatch, capsys):
+    from deepgemm import cli, results
+
+    monkeypatch.setattr(cli, "gpu_available", lambda: False)
+    command = "python -m deepgemm coalescer --record"
+    provenance = {"gpu": "H200", "driver": "d", "cuda": "c", "date": "2026", "commit": "0" * 40, "command": command}
+    record = {"provenance": provenance, "rows": _recorded_like_rows()}
+    monkeypatch.setattr(results, "load", lambda name: record)
+    assert cli.main(["coalescer"]) == 0
+    out = capsys.readouterr().out
+    assert "RECORDED" in out and "same start" in out and "coalescer --record" in out
