@@ -14,7 +14,6 @@ large clusters (one CTA per SM): a cluster never spans two GPCs. SMs that no clu
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -135,9 +134,9 @@ def _sm_count() -> int:
 def _function(name: str, cluster_size: int = PORTABLE_CLUSTER) -> Any:
     import cupy
 
-    from deepgemm.jit import device_arch
+    from deepgemm.jit import BASE_OPTIONS, define_options, device_arch
 
-    options = (f"-arch={device_arch()}", "-std=c++17", f"-DCLUSTER_SIZE={cluster_size}")
+    options = (f"-arch={device_arch()}", *BASE_OPTIONS, *define_options({"CLUSTER_SIZE": cluster_size}))
     kernel = cupy.RawModule(code=SOURCE.read_text(), options=options, backend="nvrtc").get_function(name)
     kernel.max_dynamic_shared_size_bytes = HOLD_SMEM_BYTES
     if cluster_size > PORTABLE_CLUSTER:
@@ -202,7 +201,7 @@ def run_pairs(plan: Sequence[dict[str, int]], warm: bool) -> list[dict[str, int]
 
 def profile_pairs(plan: Sequence[dict[str, int]], data: str, timeout_s: float = 300) -> list[dict[str, Any]]:
     """ncu over `run_pairs` in a subprocess, one profiled launch of the readers per planned pair."""
-    from deepgemm.profile import ncu_binary, parse_ncu_rows
+    from deepgemm.profile import ncu_binary, parse_ncu_rows, run_ncu
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(list(plan), handle)
@@ -213,12 +212,9 @@ def profile_pairs(plan: Sequence[dict[str, int]], data: str, timeout_s: float = 
         *target, *(["--warm"] if data == "L2" else []),
     ]  # fmt: skip
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        return parse_ncu_rows(run_ncu(command, timeout_s))
     finally:
         Path(handle.name).unlink(missing_ok=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ncu failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return parse_ncu_rows(proc.stdout)
 
 
 def probe() -> tuple[list[list[int]], list[dict[str, Any]]]:

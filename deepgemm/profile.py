@@ -110,10 +110,16 @@ def tidy(raw: dict[str, float | str]) -> dict[str, Any]:
 
 def profile_stage(stage: str, m: int, n: int, k: int, dtype: str, timeout_s: float = 300) -> dict[str, Any]:
     """Run ncu on one launch of `stage` and return the tidy metrics with the shape they were taken at."""
-    proc = subprocess.run(ncu_command(stage, m, n, k, dtype), capture_output=True, text=True, timeout=timeout_s)
+    output = run_ncu(ncu_command(stage, m, n, k, dtype), timeout_s)
+    return {"stage": stage, "dtype": dtype, "m": m, "n": n, "k": k, **tidy(parse_ncu_csv(output))}
+
+
+def run_ncu(command: list[str], timeout_s: float) -> str:
+    """Run an ncu command line and return its standard output, or a RuntimeError with the tail of both streams."""
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"ncu failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return {"stage": stage, "dtype": dtype, "m": m, "n": n, "k": k, **tidy(parse_ncu_csv(proc.stdout))}
+    return proc.stdout
 
 
 def top_stalls(row: dict[str, Any], count: int = 4) -> list[tuple[str, float]]:

@@ -72,7 +72,7 @@ def test_the_probe_profiles_only_the_readers_and_flushes_the_caches_for_dram(mon
         return Done()
 
     monkeypatch.setattr(profile.shutil, "which", lambda name: "/opt/ncu")
-    monkeypatch.setattr(coalescer.subprocess, "run", fake_run)
+    monkeypatch.setattr(profile.subprocess, "run", fake_run)
     plan = [{"sm_a": 0, "sm_b": 3, "delay": 200}]
     coalescer.profile_pairs(plan, "DRAM")
     command = seen["command"]
