@@ -61,6 +61,7 @@ SUITES = {
     "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 16, 1, 8)",
     "v5_cluster": "v5 with B multicast to clusters of two CTAs (CLUSTER_M 2) and without (1)",
     "v5_grid": "v5 with the persistent grid sized for full rounds of tiles (BALANCED_ROUNDS 1) and one CTA per SM (0)",
+    "v5_gpc": "v5 with clusters of one GPC on neighbouring tiles (GPC_SLOTS 1) and in the plain order (0)",
     "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
     "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
 }
@@ -75,6 +76,7 @@ CONFIG_SWEEPS = {  # suite: (stage, knob, settings; the first is the stage's def
     "v5_group_m": ("v5_fused", "GROUP_M", (16, 1, 8)),
     "v5_cluster": ("v5_fused", "CLUSTER_M", (2, 1)),
     "v5_grid": ("v5_fused", "BALANCED_ROUNDS", (1, 0)),
+    "v5_gpc": ("v5_fused", "GPC_SLOTS", (1, 0)),
 }
 
 

@@ -8,7 +8,7 @@ coalescer merged. The second reader may start a chosen number of cycles late, an
 from L2 (read once just before) or from DRAM (ncu flushes the caches first).
 
 Which SMs share a GPC, CUDA does not say. The probe learns it from where the hardware places the CTAs of
-large clusters (one CTA per SM): a cluster never spans two GPCs. SMs that no cluster covered stay alone.
+large clusters (`deepgemm/gpc.py`): a cluster never spans two GPCs. SMs that no cluster covered stay alone.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from deepgemm import gpc
+from deepgemm.gpc import HOLD_SMEM_BYTES, group_index
+
 SOURCE = Path(__file__).with_name("coalescer.cu")
 CHUNK_BYTES = 16 * 1024  # one bulk copy
 CHUNKS = 128  # 2 MB per reader
-HOLD_SMEM_BYTES = 200 * 1024  # more than half an SM's shared memory: at most one CTA per SM
-PORTABLE_CLUSTER = 8  # larger clusters need the non-portable attribute (Hopper allows 16)
-MAP_CLUSTER_SIZES = (16, 8)
 DELAYS = (0, 200, 1000, 4000, 16000)  # cycles by which the second reader starts late
 ANCHOR_SM = 0
 DATA_SOURCES = {"L2": "none", "DRAM": "all"}  # where the bytes come from -> ncu --cache-control
@@ -34,32 +34,6 @@ METRICS = {
     "request_sectors": "lrc__request_sectors_op_read_coalescable.sum",
     "merged_sectors": "lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum",
 }
-
-
-def union_groups(groups: Iterable[Sequence[int]], sm_count: int) -> list[list[int]]:
-    """SMs that ever ran in one cluster, joined transitively, as sorted groups sorted by their first SM;
-    an SM no cluster covered is a group of its own."""
-    parent = list(range(sm_count))
-
-    def root(sm: int) -> int:
-        while parent[sm] != sm:
-            parent[sm] = parent[parent[sm]]
-            sm = parent[sm]
-        return sm
-
-    for group in groups:
-        members = [sm for sm in group if 0 <= sm < sm_count]
-        for sm in members[1:]:
-            parent[root(sm)] = root(members[0])
-    joined: dict[int, list[int]] = {}
-    for sm in range(sm_count):
-        joined.setdefault(root(sm), []).append(sm)
-    return sorted(joined.values())
-
-
-def group_index(groups: Sequence[Sequence[int]]) -> dict[int, int]:
-    """SM -> the index of its group."""
-    return {sm: i for i, group in enumerate(groups) for sm in group}
 
 
 def pair_plan(groups: Sequence[Sequence[int]], anchor: int = ANCHOR_SM) -> list[dict[str, int]]:
@@ -122,53 +96,16 @@ def summary_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
 # ---- on the GPU ---------------------------------------------------------------------------------------
 
 
-def _sm_count() -> int:
-    import cupy
-
-    from deepgemm.launch import device_limits
-
-    return device_limits(cupy.cuda.Device().id)["sm_count"]
-
-
 @cache
-def _function(name: str, cluster_size: int = PORTABLE_CLUSTER) -> Any:
+def _function(name: str) -> Any:
     import cupy
 
-    from deepgemm.jit import BASE_OPTIONS, define_options, device_arch
+    from deepgemm.jit import BASE_OPTIONS, device_arch
 
-    options = (f"-arch={device_arch()}", *BASE_OPTIONS, *define_options({"CLUSTER_SIZE": cluster_size}))
+    options = (f"-arch={device_arch()}", *BASE_OPTIONS)
     kernel = cupy.RawModule(code=SOURCE.read_text(), options=options, backend="nvrtc").get_function(name)
     kernel.max_dynamic_shared_size_bytes = HOLD_SMEM_BYTES
-    if cluster_size > PORTABLE_CLUSTER:
-        from cuda.bindings import driver
-
-        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-        (err,) = driver.cuFuncSetAttribute(driver.CUfunction(kernel.kernel.ptr), attribute, 1)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"clusters of {cluster_size} are not allowed here ({err.name})")
     return kernel
-
-
-def gpc_groups(cluster_sizes: Sequence[int] = MAP_CLUSTER_SIZES) -> list[list[int]]:
-    """Groups of SMs that share a GPC, from where two waves of clusters of each size land."""
-    import cupy
-
-    sm_count = _sm_count()
-    placed: list[list[int]] = []
-    for size in cluster_sizes:
-        try:
-            kernel = _function("where_am_i", size)
-        except RuntimeError:
-            continue  # a size this GPU does not allow; the smaller ones still map it
-        grid = 2 * size * (sm_count // size)
-        sm_of_block = cupy.full(grid, -1, dtype=cupy.int32)
-        kernel((grid,), (32,), (sm_of_block,), shared_mem=HOLD_SMEM_BYTES)
-        cupy.cuda.Device().synchronize()
-        blocks = sm_of_block.get().tolist()
-        placed += [blocks[i : i + size] for i in range(0, grid, size)]
-    if not placed:
-        raise RuntimeError("no cluster size could be launched: the GPC map is unknown")
-    return union_groups(placed, sm_count)
 
 
 def run_pairs(plan: Sequence[dict[str, int]], warm: bool) -> list[dict[str, int]]:
@@ -176,7 +113,7 @@ def run_pairs(plan: Sequence[dict[str, int]], warm: bool) -> list[dict[str, int]
     each pair with the cycles its two readers took, as a check that both ran."""
     import cupy
 
-    sm_count = _sm_count()
+    sm_count = gpc.sm_count()
     src = cupy.random.RandomState(0).randint(0, 2**30, size=CHUNKS * CHUNK_BYTES // 4, dtype=cupy.int32)
     counter = cupy.zeros(1, dtype=cupy.uint32)
     cycles = cupy.zeros(sm_count, dtype=cupy.int64)
@@ -219,7 +156,7 @@ def profile_pairs(plan: Sequence[dict[str, int]], data: str, timeout_s: float = 
 
 def probe() -> tuple[list[list[int]], list[dict[str, Any]]]:
     """The GPC groups and one row per pair and data source."""
-    groups = gpc_groups()
+    groups = gpc.gpc_groups()
     plan = pair_plan(groups)
     rows = []
     for data in DATA_SOURCES:

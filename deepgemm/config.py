@@ -55,8 +55,9 @@ class GemmConfig:
 
 
 _CORE_FIELDS = frozenset(f.name for f in fields(GemmConfig) if f.name != "extra")
-# Knobs of the launch, not of the kernel: v5's BALANCED_ROUNDS sizes its persistent grid.
-LAUNCH_KNOBS = frozenset({"BALANCED_ROUNDS"})
+# Knobs of the launch, not of the kernel: v5's BALANCED_ROUNDS sizes its persistent grid, its GPC_SLOTS
+# picks the slot table it passes.
+LAUNCH_KNOBS = frozenset({"BALANCED_ROUNDS", "GPC_SLOTS"})
 
 
 def require_multiple(cfg: GemmConfig, name: str, multiple: int, why: str) -> None:

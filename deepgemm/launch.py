@@ -6,6 +6,7 @@ in the plan, so timing a plan's calls measures the kernel and not the Python aro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -159,6 +160,7 @@ def tma_gemm_launch(
     epilogue_defines: dict[str, int] | None = None,
     store_box: tuple[int, int] | None = None,
     store_smem_bytes: int = 0,
+    cluster_slots: Callable[[int], np.void] | None = None,
     keep_alive: tuple = (),
 ) -> KernelLaunch:
     """What v3-v5 share: K-major operands, their tensor maps, the kernel, a 1-D grid of output tiles
@@ -167,7 +169,8 @@ def tma_gemm_launch(
 
     Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
     the kernel stores C through a 128B-swizzled tensor map of that box, from `store_smem_bytes` of shared
-    memory after the stages; a C that TMA cannot describe is written to a padded buffer and copied."""
+    memory after the stages; a C that TMA cannot describe is written to a padded buffer and copied.
+    `cluster_slots(clusters)`, for a persistent grid, gives the kernel's slot table, passed after C's map."""
     dynamic_smem = tile_smem_bytes(cfg) + store_smem_bytes + ALIGN_SLACK_BYTES
     require_smem(dynamic_smem, static_bytes=BARRIER_BYTES_PER_STAGE * cfg.value("NUM_STAGES"))
     a_k, b_k, k = k_major_operands(problem)
@@ -189,6 +192,8 @@ def tma_gemm_launch(
         grid = persistent_grid(problem, block_m, block_n, kernel, threads, dynamic_smem, cluster_m, balance_rounds)
     else:
         grid = output_tiles(problem, block_m, block_n)
+    if cluster_slots is not None:
+        args = (*args[:3], cluster_slots(grid // cluster_m), *args[3:])
     return KernelLaunch(
         kernel,
         (grid,),

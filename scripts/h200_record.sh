@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The recording runs, six parts that each fit one device call:
-#   scripts/h200_record.sh bench    progression (4096^3, 8192^3), raster, epilogue and v5_grid suites, then
+#   scripts/h200_record.sh bench    progression (4096^3, 8192^3), raster, epilogue, v5_grid and v5_gpc suites, then
 #                                   the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
 #                                   the v5_cluster, v5_group_m and call suites
@@ -27,6 +27,7 @@ if [ "$part" = bench ]; then  # the tests last: one of them checks that the kern
   python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
   python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
   python3 -m deepgemm bench --suite v5_grid --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
+  python3 -m deepgemm bench --suite v5_gpc --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   gpu_tests
 elif [ "$part" = pairs ]; then
   python3 -m deepgemm bench --suite pairs --shapes 4096,8192 --dtype both --record 2>&1 | tail -8

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from deepgemm import coalescer, profile
+from deepgemm import coalescer, gpc, profile
 from deepgemm.jit import compile_file_report
 
 LRC = coalescer.METRICS
 
 
 def test_clusters_that_share_an_sm_are_one_gpc_and_unplaced_sms_stand_alone():
-    groups = coalescer.union_groups([[0, 1, 16, 17], [16, 40], [2, 3], [99, 7]], sm_count=42)
+    groups = gpc.union_groups([[0, 1, 16, 17], [16, 40], [2, 3], [99, 7]], sm_count=42)
     assert [0, 1, 16, 17, 40] in groups and [2, 3] in groups
     assert [5] in groups  # never placed
     assert sorted(sm for g in groups for sm in g) == list(range(42))  # 99 is not an SM of this GPU
@@ -84,18 +84,17 @@ def test_the_probe_profiles_only_the_readers_and_flushes_the_caches_for_dram(mon
     assert seen["command"][seen["command"].index("--cache-control") + 1] == "none" and "--warm" in seen["command"]
 
 
-@pytest.mark.parametrize("cluster_size", [8, 16])
-def test_the_probe_kernels_compile_for_sm_90a(cluster_size):
-    report = compile_file_report(coalescer.SOURCE, "coalescer", {"CLUSTER_SIZE": cluster_size})
+def test_the_probe_kernels_compile_for_sm_90a():
+    report = compile_file_report(coalescer.SOURCE, "coalescer", {})
     assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
 
 
 @pytest.mark.gpu
 def test_the_gpc_map_covers_every_sm_and_both_readers_run():
-    sm_count = coalescer._sm_count()
-    groups = coalescer.gpc_groups()
+    sm_count = gpc.sm_count()
+    groups = gpc.gpc_groups()
     assert sorted(sm for g in groups for sm in g) == list(range(sm_count))
-    assert max(len(g) for g in groups) >= coalescer.PORTABLE_CLUSTER
+    assert max(len(g) for g in groups) >= gpc.PORTABLE_CLUSTER
     near = next(g for g in groups if 0 in g)
     partner = next((sm for sm in near if sm != 0), 1)
     (done,) = coalescer.run_pairs([{"sm_a": 0, "sm_b": partner, "delay": 100}], warm=True)

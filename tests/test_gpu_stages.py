@@ -196,3 +196,38 @@ def test_v5_without_clusters_or_tile_groups_matches_reference():
     a, b = random_problem(64, 64, 64, BFLOAT16, seed=1)
     with pytest.raises(ValueError, match="CLUSTER_M = 4 must be one of"):
         launcher.plan(a, b, config=GemmConfig(extra={"CLUSTER_M": 4}))
+    with pytest.raises(ValueError, match="GPC_SLOTS = 2 must be one of"):
+        launcher.plan(a, b, config=GemmConfig(extra={"GPC_SLOTS": 2}))
+
+
+def test_v5_gpc_slots_change_only_which_cluster_computes_a_tile():
+    """With and without the GPC-aware slot table the output is bitwise the same (each tile's sums run in
+    the same order whichever cluster computes it), and right: no tile is skipped or left poisoned."""
+    from deepgemm.check import random_problem, verify
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT16
+
+    launcher = _stage_or_skip("v5_fused")
+    for i, (m, n, k) in enumerate(((4096, 4096, 256), (8192, 8192, 64), (1000, 3000, 300))):
+        a, b = random_problem(m, n, k, FLOAT16, seed=70 + i)
+        outs = []
+        for slots in (0, 1):
+            launch = launcher.plan(a, b, config=GemmConfig(extra={"GPC_SLOTS": slots}))
+            stats = verify(launch, launch.out, a, b)  # poisons the output first
+            assert stats.passed, f"{m}x{n}x{k} GPC_SLOTS={slots}: {stats.summary()}"
+            outs.append(launch.out.copy())
+        assert bool((outs[0] == outs[1]).all()), f"{m}x{n}x{k}: the slot order changed the result"
+
+
+def test_the_v5_grid_at_4096_lands_the_same_way_twice_with_each_cluster_in_one_gpc():
+    import cupy
+
+    from deepgemm import gpc
+
+    _stage_or_skip("v5_fused")
+    placed = gpc.cluster_sms(2, 64)
+    assert len({sm for cluster in placed for sm in cluster}) == 128, f"two CTAs shared an SM: {placed}"
+    cluster_group = gpc.cluster_groups(cupy.cuda.Device().id, 64, 2)
+    assert cluster_group is not None, "the 64-cluster grid landed differently in two launches"
+    slots = gpc.slot_order(cluster_group, band_rows=8)
+    assert sorted(slots) == list(range(64))

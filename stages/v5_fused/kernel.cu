@@ -16,6 +16,11 @@
 //     time, into a 128B-swizzled box in shared memory (stmatrix for 16-bit outputs) and one lane hands
 //     the box to a bulk tensor store. The consumers go straight on to the next tile's wgmma while the
 //     TMA unit drains the boxes to global memory; C's bounds clip the boxes, so tails cost nothing extra.
+//   - lets clusters in one GPC take neighbouring tiles: each cluster takes a fixed slot of every round
+//     of tiles, and the launcher, which learns where the clusters land, gives GPC-mates a block of two
+//     tile rows by a few columns. Their identical A and B reads then reach their GPC's L2 request
+//     coalescer together and are merged: fewer L2 reads, less power. The slots are a permutation, so
+//     every tile is still computed once wherever the clusters actually run;
 //   - issues less besides the tensor cores' work: a waiting thread sleeps on its barrier (try_wait with a
 //     suspend hint) instead of spinning, and the main loop adds offsets to wgmma descriptors built once
 //     instead of rebuilding them every k-tile. The card runs at its power limit, so fewer instructions
@@ -393,6 +398,15 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
     }
 }
 
+// Which slot of every round each cluster takes: round r's slot p is tile index r * num_clusters + p. A
+// permutation of 0 .. num_clusters - 1 (the launcher checks it), so the rounds cover every tile once; the
+// identity is the plain grouped order. The launcher orders the slots so that clusters in one GPC take
+// neighbouring tiles (deepgemm/gpc.py). 512 bytes of kernel parameters, read once per thread.
+constexpr int MAX_CLUSTERS = 256;
+struct ClusterSlots {
+    unsigned short slot[MAX_CLUSTERS];
+};
+
 // Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
 // every CTA of the cluster, because each CTA's producer writes its part of B into all of them.
 // empty_bar0[rank] is the address of empty_bar[0] in CTA rank (mapa_shared, once); the barriers are
@@ -449,12 +463,13 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 // The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
 // there are cluster tiles or as fit on the GPU at once (the launcher asks the driver). Dynamic shared memory: NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 (slack to align
 // to 1024). tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
-// bias may be nullptr when HAS_BIAS is 0.
+// slots gives each cluster its slot in every round of tiles. bias may be nullptr when HAS_BIAS is 0.
 // ---------------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
-            const __grid_constant__ TmaDesc tma_c, const float* bias, float alpha, int M, int N, int K)
+            const __grid_constant__ TmaDesc tma_c, const __grid_constant__ ClusterSlots slots,
+            const float* bias, float alpha, int M, int N, int K)
 {
     // ---- prologue -----------------------------------------------------------------------------------
     extern __shared__ unsigned char smem_raw[];
@@ -469,6 +484,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
     const int num_tiles = cluster_rows * tiles_n;
     const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
+    const int first_tile = slots.slot[cluster_id];  // this cluster's slot: its tile in the first round
     const int rank = CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_M
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
     const int warpgroup = threadIdx.x / 128;
@@ -503,7 +519,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
+            for (int tile_idx = first_tile; tile_idx < num_tiles; tile_idx += num_clusters) {
                 int cluster_m, tile_n;
                 grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
                 const int tile_m = cluster_m * CLUSTER_M + rank;
@@ -558,7 +574,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int r = 0; r < CLUSTER_M; ++r)
             empty_bar0[r] = CLUSTER_M > 1 ? mapa_shared(smem_addr(&empty_bar[0]), r) : smem_addr(&empty_bar[0]);
 
-        for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
+        for (int tile_idx = first_tile; tile_idx < num_tiles; tile_idx += num_clusters) {
             int cluster_m, tile_n;
             grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
             const int tile_m = cluster_m * CLUSTER_M + rank;

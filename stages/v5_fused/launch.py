@@ -6,14 +6,16 @@ first (k_major). The output is float16, bfloat16 or float32, written once. Needs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from deepgemm import gpc
 from deepgemm.config import GemmConfig, require_in
 from deepgemm.dtypes import dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
-from deepgemm.launch import KernelLaunch, tma_gemm_launch
+from deepgemm.launch import KernelLaunch, ceil_div, tma_gemm_launch
 from deepgemm.operands import bias_vector, check_problem, require_gpu
 from stages.v4_pipeline_swizzle.launch import check_config
 
@@ -29,7 +31,7 @@ DEFAULTS = GemmConfig(
     block_n=256,
     block_k=64,
     num_stages=4,
-    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "BALANCED_ROUNDS": 1},
+    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "BALANCED_ROUNDS": 1, "GPC_SLOTS": 1},
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
@@ -40,6 +42,15 @@ def epilogue_defines(has_bias: bool, activation: str | None, out_dtype: np.dtype
         "ACTIVATION": ACTIVATIONS[activation_name(activation)],
         "OUT_DTYPE": OUT_DTYPE_CODES[dtype_name(out_dtype)],
     }
+
+
+def slot_tables(cfg: GemmConfig, cluster_rows: int) -> Callable[[int], np.void]:
+    """The slot table for a grid of n clusters: GPC-mates on neighbouring tiles (GPC_SLOTS 1) or the plain
+    grouped order (0). A slot is a position in the band of GROUP_M tile rows the tile order walks."""
+    band_rows = max(1, min(cfg.value("GROUP_M") // cfg.value("CLUSTER_M"), cluster_rows))
+    if cfg.value("GPC_SLOTS"):
+        return lambda clusters: gpc.cluster_slots(clusters, cfg.value("CLUSTER_M"), band_rows)
+    return gpc.identity_slots
 
 
 def plan(
@@ -61,6 +72,7 @@ def plan(
     check_config(cfg)
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
     require_in(cfg, "BALANCED_ROUNDS", (0, 1), "1: only as many CTAs as keep every round of tiles full")
+    require_in(cfg, "GPC_SLOTS", (0, 1), "1: clusters in one GPC take neighbouring tiles")
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     bias_arg = bias_f32 if bias_f32 is not None else np.uint64(0)  # a null pointer when there is no bias
     return tma_gemm_launch(
@@ -75,6 +87,7 @@ def plan(
         epilogue_defines=epilogue_defines(bias is not None, activation, p.out.dtype),
         store_box=(STORE_ROWS, STORE_BYTES // p.out.itemsize),
         store_smem_bytes=STORE_SMEM_BYTES,
+        cluster_slots=slot_tables(cfg, ceil_div(ceil_div(p.m, cfg.value("BLOCK_M")), cfg.value("CLUSTER_M"))),
         keep_alive=(bias_f32,),
     )
 

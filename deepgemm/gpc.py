@@ -1,0 +1,195 @@
+"""Which SMs share a GPC, where a persistent grid's clusters land, and the tile slots that follow from it.
+
+An H200's 132 SMs sit in 8 GPCs (graphics processing clusters). Identical reads from SMs of one GPC that
+arrive close together are merged by the L2 request coalescer before they reach a slice (the coalescer
+probe, `deepgemm/coalescer.py`, measures it); reads from different GPCs are not. CUDA does not say which
+SMs share a GPC, but a CTA cluster never spans two, so launching clusters that fill the GPU (one CTA per
+SM) and recording `%smid` tells. SMs that no cluster placed together stay groups of their own: a map
+that is too fine only costs merges, never correctness.
+
+v5 uses the map for its tile order. Its persistent clusters take the tiles of a round in slot order:
+cluster c takes slot `slot[c]` of every round. With the identity, GPC-mates take tiles scattered over
+the round; `slot_order` gives them neighbouring tiles instead, a run along one row of tiles, so their
+reads of that row's A block meet in their GPC's coalescer. Whatever the map says, the slots are a permutation of the
+clusters, so every tile is computed exactly once even where the hardware places the clusters elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("gpc.cu")
+HOLD_SMEM_BYTES = 200 * 1024  # more than half an SM's shared memory: at most one CTA per SM
+PORTABLE_CLUSTER = 8  # larger clusters need the non-portable attribute (Hopper allows 16)
+MAP_CLUSTER_SIZES = (16, 8, 4)  # the cluster sizes whose placements map the GPCs
+MAX_CLUSTERS = 256  # entries in v5's slot table (its ClusterSlots parameter)
+SLOT_BLOCK_ROWS = 1  # GPC-mates take a run of one row of tiles (measured best of 1, 2 and 4 rows)
+
+
+def union_groups(groups: Iterable[Sequence[int]], sm_count: int) -> list[list[int]]:
+    """SMs that ever ran in one cluster, joined transitively, as sorted groups sorted by their first SM;
+    an SM no cluster covered is a group of its own."""
+    parent = list(range(sm_count))
+
+    def root(sm: int) -> int:
+        while parent[sm] != sm:
+            parent[sm] = parent[parent[sm]]
+            sm = parent[sm]
+        return sm
+
+    for group in groups:
+        members = [sm for sm in group if 0 <= sm < sm_count]
+        for sm in members[1:]:
+            parent[root(sm)] = root(members[0])
+    joined: dict[int, list[int]] = {}
+    for sm in range(sm_count):
+        joined.setdefault(root(sm), []).append(sm)
+    return sorted(joined.values())
+
+
+def group_index(groups: Sequence[Sequence[int]]) -> dict[int, int]:
+    """SM -> the index of its group."""
+    return {sm: i for i, group in enumerate(groups) for sm in group}
+
+
+def slot_order(cluster_group: Sequence[int], band_rows: int, block_rows: int = SLOT_BLOCK_ROWS) -> list[int]:
+    """slot[c] for each cluster c, given the group (GPC) of each cluster: a permutation of the clusters
+    in which each group holds consecutive positions of a walk over the round's tiles that goes
+    `block_rows` rows at a time, column by column.
+
+    In v5's grouped order a round's slot p is the tile at row p % band_rows, column p // band_rows of the
+    current band (exactly so when the cluster count is a multiple of band_rows and divides the band). With
+    one row at a time, a group of 8 clusters gets 8 tiles of one row: one A row-block that all 8 read at
+    about the same time from SMs of one GPC; with 2, a block of 2 rows x 4 columns."""
+    clusters = len(cluster_group)
+    rows = max(1, min(band_rows, clusters))
+
+    def walk_position(slot: int) -> tuple[int, int, int]:
+        row, col = slot % rows, slot // rows
+        return row // block_rows, col, row % block_rows
+
+    positions = sorted(range(clusters), key=walk_position)
+    first_cluster: dict[int, int] = {}
+    for cluster, group in enumerate(cluster_group):
+        first_cluster.setdefault(group, cluster)
+    members = sorted(range(clusters), key=lambda c: (first_cluster[cluster_group[c]], c))
+    slot = [0] * clusters
+    for cluster, position in zip(members, positions):
+        slot[cluster] = position
+    return slot
+
+
+def slot_table(slot: Sequence[int]) -> np.void:
+    """The kernel's ClusterSlots parameter: MAX_CLUSTERS 16-bit slots, the unused ones zero."""
+    if sorted(slot) != list(range(len(slot))):
+        raise ValueError(f"cluster slots must be a permutation of 0..{len(slot) - 1}: {list(slot)}")
+    if len(slot) > MAX_CLUSTERS:
+        raise ValueError(f"{len(slot)} clusters exceed the slot table's {MAX_CLUSTERS} entries")
+    table = np.zeros(MAX_CLUSTERS, dtype=np.uint16)
+    table[: len(slot)] = slot
+    return np.frombuffer(table.tobytes(), dtype=np.dtype((np.void, table.nbytes)))[0]
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------------
+
+
+def sm_count() -> int:
+    import cupy
+
+    from deepgemm.launch import device_limits
+
+    return device_limits(cupy.cuda.Device().id)["sm_count"]
+
+
+@cache
+def _where_am_i(cluster_size: int) -> Any:
+    import cupy
+
+    from deepgemm.jit import BASE_OPTIONS, define_options, device_arch
+
+    options = (f"-arch={device_arch()}", *BASE_OPTIONS, *define_options({"CLUSTER_SIZE": cluster_size}))
+    kernel = cupy.RawModule(code=SOURCE.read_text(), options=options, backend="nvrtc").get_function("where_am_i")
+    kernel.max_dynamic_shared_size_bytes = HOLD_SMEM_BYTES
+    if cluster_size > PORTABLE_CLUSTER:
+        from cuda.bindings import driver
+
+        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        (err,) = driver.cuFuncSetAttribute(driver.CUfunction(kernel.kernel.ptr), attribute, 1)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"clusters of {cluster_size} are not allowed here ({err.name})")
+    return kernel
+
+
+def cluster_sms(cluster_size: int, clusters: int) -> list[list[int]]:
+    """The SMs each of `clusters` clusters of `cluster_size` CTAs lands on, one CTA per SM, all at once."""
+    import cupy
+
+    kernel = _where_am_i(cluster_size)
+    grid = clusters * cluster_size
+    sm_of_block = cupy.full(grid, -1, dtype=cupy.int32)
+    kernel((grid,), (32,), (sm_of_block,), shared_mem=HOLD_SMEM_BYTES)
+    cupy.cuda.Device().synchronize()
+    blocks = sm_of_block.get().tolist()
+    return [blocks[i : i + cluster_size] for i in range(0, grid, cluster_size)]
+
+
+@cache
+def _map_placements(device_id: int, cluster_sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Where two waves of clusters of each size land on this GPU; sizes it does not allow are skipped."""
+    del device_id  # the cache key: one answer per GPU
+    count = sm_count()
+    placed: list[tuple[int, ...]] = []
+    for size in cluster_sizes:
+        try:
+            placed += [tuple(cluster) for cluster in cluster_sms(size, 2 * (count // size))]
+        except RuntimeError:
+            continue  # a size this GPU does not allow; the smaller ones still map it
+    return tuple(placed)
+
+
+def gpc_groups(
+    cluster_sizes: Sequence[int] = MAP_CLUSTER_SIZES, placed: Iterable[Sequence[int]] = ()
+) -> list[list[int]]:
+    """Groups of SMs that share a GPC, from where two waves of clusters of each size land (probed once
+    per GPU) and any `placed` clusters already seen."""
+    import cupy
+
+    seen = [*_map_placements(cupy.cuda.Device().id, tuple(cluster_sizes)), *placed]
+    if not seen:
+        raise RuntimeError("no cluster size could be launched: the GPC map is unknown")
+    return union_groups(seen, sm_count())
+
+
+@cache
+def cluster_groups(device_id: int, clusters: int, cluster_size: int) -> tuple[int, ...] | None:
+    """The GPC group of each cluster of a persistent grid of `clusters` clusters (one CTA per SM), or
+    None when two launches placed the clusters differently: then no order can count on the placement.
+    On the H200 a grid of 64 clusters of two lands the same way every time and one of 66 does not."""
+    del device_id  # the cache key: one answer per GPU
+    first, second = (cluster_sms(cluster_size, clusters) for _ in range(2))
+    if first != second:
+        return None
+    where = group_index(gpc_groups(placed=first))
+    return tuple(where[sms[0]] for sms in first)
+
+
+def cluster_slots(clusters: int, cluster_size: int, band_rows: int) -> np.void:
+    """v5's slot table for its persistent grid: GPC-mates on neighbouring tiles where the placement is
+    known and repeatable, the identity (the plain grouped order) where it is not."""
+    import cupy
+
+    try:
+        groups = cluster_groups(cupy.cuda.Device().id, clusters, cluster_size)
+    except (RuntimeError, cupy.cuda.driver.CUDADriverError):
+        groups = None
+    return identity_slots(clusters) if groups is None else slot_table(slot_order(groups, band_rows))
+
+
+def identity_slots(clusters: int) -> np.void:
+    """The slot table of the plain grouped order: cluster c takes slot c of every round."""
+    return slot_table(range(clusters))

@@ -1,0 +1,86 @@
+"""The GPC map and v5's slot table: grouping, the slot permutation, the kernel parameter's layout."""
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deepgemm import gpc
+from deepgemm.config import GemmConfig
+
+V5_KERNEL = Path(__file__).resolve().parent.parent / "stages" / "v5_fused" / "kernel.cu"
+
+
+def _tiles_of_each_group(cluster_group, slots, band_rows):
+    """group -> the (row, column) of the tile each of its clusters takes in a round."""
+    tiles: dict[int, list[tuple[int, int]]] = {}
+    for cluster, slot in enumerate(slots):
+        tiles.setdefault(cluster_group[cluster], []).append((slot % band_rows, slot // band_rows))
+    return tiles
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_slots_are_a_permutation_whatever_the_map(seed):
+    rng = random.Random(seed)
+    clusters = rng.randint(1, 132)
+    cluster_group = [rng.randrange(rng.randint(1, 20)) for _ in range(clusters)]
+    for band_rows in (1, 3, 8):
+        for block_rows in (1, 2):
+            slots = gpc.slot_order(cluster_group, band_rows, block_rows)
+            assert sorted(slots) == list(range(clusters))
+
+
+def test_without_a_map_the_slots_are_the_plain_order():
+    assert gpc.slot_order(list(range(64)), band_rows=1) == list(range(64))
+    assert bytes(gpc.identity_slots(3))[:8] == np.array([0, 1, 2, 0], dtype="<u2").tobytes()
+
+
+def test_gpc_mates_take_one_row_of_the_round():
+    """This H200's 64-cluster grid: GPCs of 8 clusters interleaved in launch order, as measured."""
+    cluster_group = [c % 8 for c in range(64)]
+    slots = gpc.slot_order(cluster_group, band_rows=8)
+    for group, tiles in _tiles_of_each_group(cluster_group, slots, 8).items():
+        assert len({row for row, _ in tiles}) == 1, (group, tiles)
+    blocks = _tiles_of_each_group(cluster_group, gpc.slot_order(cluster_group, 8, block_rows=2), 8)
+    for tiles in blocks.values():  # 2 rows x 4 columns
+        assert len({row for row, _ in tiles}) == 2 and len({col for _, col in tiles}) == 4
+
+
+def test_groups_too_small_for_a_row_share_it_in_order():
+    cluster_group = [5, 5, 9, 9, 9, 9, 9, 9]  # 2 + 6 clusters on a round of 2 rows x 4 columns
+    slots = gpc.slot_order(cluster_group, band_rows=2)
+    tiles = _tiles_of_each_group(cluster_group, slots, 2)
+    assert tiles[5] == [(0, 0), (0, 1)]
+    assert sorted(tiles[9]) == [(0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_the_slot_table_is_the_kernels_parameter():
+    source = V5_KERNEL.read_text()
+    assert int(re.search(r"constexpr int MAX_CLUSTERS = (\d+);", source).group(1)) == gpc.MAX_CLUSTERS
+    assert "unsigned short slot[MAX_CLUSTERS];" in source
+    table = gpc.slot_table([2, 0, 1])
+    assert table.dtype.itemsize == 2 * gpc.MAX_CLUSTERS
+    assert np.frombuffer(bytes(table), dtype="<u2")[:4].tolist() == [2, 0, 1, 0]
+
+
+def test_a_slot_table_that_would_skip_or_repeat_tiles_is_refused():
+    with pytest.raises(ValueError, match="must be a permutation"):
+        gpc.slot_table([0, 0, 2])
+    with pytest.raises(ValueError, match="exceed the slot table"):
+        gpc.slot_table(range(gpc.MAX_CLUSTERS + 1))
+
+
+def test_gpc_slots_is_a_launch_knob_not_a_define():
+    from stages.v5_fused.launch import DEFAULTS
+
+    assert DEFAULTS.value("GPC_SLOTS") == 1
+    assert "GPC_SLOTS" not in GemmConfig().merged_over(DEFAULTS).defines()
+
+
+def test_the_map_kernel_compiles_for_sm_90a():
+    from deepgemm.jit import compile_file_report
+
+    report = compile_file_report(gpc.SOURCE, "gpc", {"CLUSTER_SIZE": 16})
+    assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
