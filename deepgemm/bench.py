@@ -234,6 +234,7 @@ class Workload:
     epilogue: dict[str, object]
     ref: cupy.ndarray
     scale: cupy.ndarray
+    activation_input: cupy.ndarray | None
 
     @classmethod
     def make(
@@ -247,8 +248,7 @@ class Workload:
         problems = [random_problem(m, n, k, dtype, seed=seed + i) for i in range(sets)]
         bias_vec = cupy.random.default_rng(seed).random(n, dtype=cupy.float32) * 2 - 1 if bias else None
         epilogue = {**epilogue, **({"bias": bias_vec} if bias else {})}
-        ref, scale = reference(*problems[0], **epilogue)
-        return cls(m, n, k, dtype_name, problems, bias_vec, epilogue, ref, scale)
+        return cls(m, n, k, dtype_name, problems, bias_vec, epilogue, *reference(*problems[0], **epilogue))
 
     def base_row(self, name: str) -> dict[str, object]:
         return {"stage": name, "dtype": self.dtype_name, "m": self.m, "n": self.n, "k": self.k,
@@ -273,7 +273,7 @@ def measure(
     result = launches[0]()
     cupy.cuda.Device().synchronize()
     checked = out if out is not None else as_device_array(result, name)
-    stats = error_stats(checked, work.ref, work.scale, work.k)
+    stats = error_stats(checked, work.ref, work.scale, work.activation_input, k=work.k)
     row.update(stats.as_dict(), rel_err=stats.rel_fro, max_abs_err=stats.max_abs)
     settle(settle_s)
     row.update(timing_fields(time_launches(launches), work.m, work.n, work.k))

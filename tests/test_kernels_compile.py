@@ -48,13 +48,16 @@ def test_v5_compiles_every_epilogue():
             assert report.spill_stores == 0 and report.stack_bytes == 0, (activation, out_dtype, report.log)
 
 
+@pytest.mark.parametrize("activation", [2, 4])  # GELU (tanh form), SiLU
 @pytest.mark.parametrize(("out_dtype", "fast"), [(0, True), (1, True), (2, False)])
-def test_v5_gelu_uses_the_mufu_forms_only_for_16_bit_outputs(out_dtype, fast):
-    """GELU (tanh form) as x / (1 + exp(-2u)): ex2.approx and rcp.approx for fp16/bf16 outputs; an fp32
-    output keeps IEEE division, whose slow path is a call (FCHK flags the operands that need it)."""
-    code = sass("v5_fused", launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=2, OUT_DTYPE=out_dtype))
-    assert "MUFU.EX2" in code and "MUFU.RCP" in code
-    assert ("FCHK" in code) is not fast
+def test_v5_gelu_and_silu_take_one_mufu_tanh_for_16_bit_outputs(activation, out_dtype, fast):
+    """0.5 x (1 + tanh(v)): one MUFU.TANH per element for fp16/bf16 outputs (the special-function unit
+    sets the epilogue's pace); an fp32 output keeps expf and IEEE division, whose slow path is a call
+    (FCHK flags the operands that need it)."""
+    code = sass("v5_fused", launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=activation, OUT_DTYPE=out_dtype))
+    if fast:  # one per accumulator (128 per thread); the few MUFU.RCP are the tile walk's integer divisions
+        assert code.count("MUFU.TANH") == 128 and code.count("MUFU") - 128 < 16
+    assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
 
 
 def test_v5_cluster_arrivals_carry_no_gpu_wide_fence():

@@ -424,31 +424,41 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[CLUST
 // The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
 // ---------------------------------------------------------------------------------------------------
 
-// The exponential and the division of GELU (tanh form) and SiLU. A 16-bit output is rounded to 2^-11
-// (fp16) or 2^-8 (bf16) relative, far above the few-ulp fp32 error of the MUFU forms (ex2.approx and
-// rcp.approx, two instructions each), so those are used; an fp32 output keeps the accurate expf and
-// IEEE division, whose longer instruction sequences then cost more time in the epilogue.
-#if OUT_DTYPE == 2
-__device__ __forceinline__ float epi_exp(float x) { return expf(x); }
-__device__ __forceinline__ float epi_div(float x, float y) { return x / y; }
-#else
-__device__ __forceinline__ float epi_exp(float x) { return __expf(x); }
-__device__ __forceinline__ float epi_div(float x, float y) { return __fdividef(x, y); }  // y = inf gives 0
+// GELU (tanh form) and SiLU are both 0.5 x (1 + tanh(v)): v = sqrt(2/pi) (x + 0.044715 x^3) for GELU,
+// v = x / 2 for SiLU. The special-function unit does 16 operations per clock per SM, an eighth of the FMA
+// rate, so at one per element it sets the epilogue's pace: 32,768 elements per 128 x 256 tile take 2,048
+// clocks per special function. A 16-bit output takes tanh.approx (one MUFU.TANH, relative error about
+// 2^-11): in the negative tail, where 1 + tanh(v) cancels, its error is at most 2^-12 |x|, below what
+// rounding the GEMM's result to the output type before a separate activation kernel would cost (the
+// bound deepgemm/check.py applies). An fp32 output keeps the accurate form x / (1 + exp(-2v)) with expf
+// and IEEE division, longer instruction sequences that then cost more time in the epilogue.
+#if OUT_DTYPE != 2
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 #endif
+
+// 0.5 x (1 + tanh(v)), or x * sigmoid(2v) written as x / (1 + exp(-2v)) for an fp32 output.
+__device__ __forceinline__ float x_half_one_plus_tanh(float x, float v) {
+#if OUT_DTYPE == 2
+    return x / (1.0f + expf(-2.0f * v));  // exp = inf (very negative x) gives -0
+#else
+    const float h = 0.5f * x;
+    return fmaf(h, tanh_approx(v), h);
+#endif
+}
 
 __device__ __forceinline__ float activation(float x) {
 #if ACTIVATION == 1
     return fmaxf(x, 0.0f);
 #elif ACTIVATION == 2
-    // 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), written as x / (1 + exp(-2u)): the same
-    // function, one exponential and one division instead of tanhf's longer sequence, and accurate in
-    // relative terms in the negative tail, where 1 + tanh(u) would cancel.
-    const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
-    return epi_div(x, 1.0f + epi_exp(-2.0f * u));
+    return x_half_one_plus_tanh(x, 0.7978845608028654f * fmaf(0.044715f * x, x * x, x));  // GELU, tanh form
 #elif ACTIVATION == 3
-    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));  // x * Phi(x)
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));  // GELU, erf form: x * Phi(x)
 #elif ACTIVATION == 4
-    return epi_div(x, 1.0f + epi_exp(-x));  // x * sigmoid(x); exp(-x) = inf gives -0 for very negative x
+    return x_half_one_plus_tanh(x, 0.5f * x);  // SiLU: x * sigmoid(x)
 #else
     return x;
 #endif
