@@ -243,6 +243,22 @@ def cmd_coalescer(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gpc(args: argparse.Namespace) -> int:
+    from deepgemm import gpc
+
+    if not gpu_available():
+        record = results.load("gpc_placement")
+        print(results.recorded_banner(record["provenance"]))
+        print("\n".join(gpc.placement_lines(record["rows"])))
+        print(f"(command: {record['provenance']['command']})")
+        return 0
+    rows = [row for clusters in gpc.PLACEMENT_GRIDS for row in gpc.placement_rows(clusters)]
+    print("\n".join(gpc.placement_lines(rows)))
+    if args.record:
+        print(f"recorded in {results.save('gpc_placement', rows, results.provenance())}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deepgemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -272,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--run-plan", default=None, help=argparse.SUPPRESS)  # ncu's target: pairs from a JSON file
     probe.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # with --run-plan: data in L2 first
     probe.set_defaults(run=cmd_coalescer)
+    where = sub.add_parser("gpc", help="where v5's persistent clusters land, their GPCs and their tile slots")
+    where.add_argument("--record", action="store_true", help="write results/h200/gpc_placement.json")
+    where.set_defaults(run=cmd_gpc)
     diff = sub.add_parser("diff", help="what a stage changes in the kernel")
     diff.add_argument("stage")
     diff.add_argument("--against", default=None, help="default: the previous stage")

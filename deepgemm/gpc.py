@@ -180,16 +180,83 @@ def cluster_groups(device_id: int, clusters: int, cluster_size: int) -> tuple[in
 
 def cluster_slots(clusters: int, cluster_size: int, band_rows: int) -> np.void:
     """v5's slot table for its persistent grid: GPC-mates on neighbouring tiles where the placement is
-    known and repeatable, the identity (the plain grouped order) where it is not."""
+    known and repeatable, the identity (the plain grouped order) where it is not. Built once per GPU and
+    grid: a library call plans on every call, and this is on its host path."""
+    import cupy
+
+    return _cluster_slots(cupy.cuda.Device().id, clusters, cluster_size, band_rows)
+
+
+@cache
+def _cluster_slots(device_id: int, clusters: int, cluster_size: int, band_rows: int) -> np.void:
     import cupy
 
     try:
-        groups = cluster_groups(cupy.cuda.Device().id, clusters, cluster_size)
+        groups = cluster_groups(device_id, clusters, cluster_size)
     except (RuntimeError, cupy.cuda.driver.CUDADriverError):
         groups = None
     return identity_slots(clusters) if groups is None else slot_table(slot_order(groups, band_rows))
 
 
+@cache
 def identity_slots(clusters: int) -> np.void:
     """The slot table of the plain grouped order: cluster c takes slot c of every round."""
     return slot_table(range(clusters))
+
+
+# ---- what the launcher decided, as a record -----------------------------------------------------------
+
+PLACEMENT_GRIDS = (64, 66)  # v5's persistent grids on the H200: full rounds (the default) and one CTA per SM
+PLACEMENT_BAND_ROWS = 8  # v5's default band: GROUP_M 16 tile rows = 8 cluster rows
+
+
+def round_groups(cluster_group: Sequence[int], slots: Sequence[int], band_rows: int) -> list[list[int]]:
+    """The group of the cluster that computes each tile of one round: rows of tiles, in the grouped order's
+    layout (slot p at row p % band_rows, column p // band_rows)."""
+    columns = -(-len(slots) // band_rows)
+    grid = [[-1] * columns for _ in range(band_rows)]
+    for cluster, slot in enumerate(slots):
+        grid[slot % band_rows][slot // band_rows] = cluster_group[cluster]
+    return grid
+
+
+def groups_per_row(grid: Sequence[Sequence[int]]) -> float:
+    """How many groups, on average, compute the tiles of one row of a round (one A row-block): 1 when each
+    row is one group's."""
+    return sum(len({g for g in row if g >= 0}) for row in grid) / len(grid)
+
+
+def placement_rows(clusters: int, cluster_size: int = 2, band_rows: int = PLACEMENT_BAND_ROWS) -> list[dict[str, Any]]:
+    """One row per cluster of a persistent grid of `clusters`: the SMs it landed on in two launches, its
+    GPC group and the slot the launcher gives it (the identity when the two launches differ)."""
+    first, second = (cluster_sms(cluster_size, clusters) for _ in range(2))
+    where = group_index(gpc_groups(placed=first))
+    groups = [where[sms[0]] for sms in first]
+    repeatable = first == second
+    slots = slot_order(groups, band_rows) if repeatable else list(range(clusters))
+    return [
+        {"grid_clusters": clusters, "cluster": c, "sms": first[c], "sms_second_launch": second[c],
+         "group": groups[c], "slot": slots[c], "repeatable": repeatable}
+        for c in range(clusters)
+    ]  # fmt: skip
+
+
+def placement_lines(rows: Sequence[dict[str, Any]], band_rows: int = PLACEMENT_BAND_ROWS) -> list[str]:
+    """What a placement record says, per grid: repeatable or not, the groups, and how many groups share an
+    A row-block of a round in the plain order and with the slots."""
+    lines = []
+    for clusters in sorted({row["grid_clusters"] for row in rows}):
+        grid = sorted((r for r in rows if r["grid_clusters"] == clusters), key=lambda r: r["cluster"])
+        groups = [r["group"] for r in grid]
+        sizes = sorted((groups.count(g) for g in set(groups)), reverse=True)
+        if not grid[0]["repeatable"]:
+            moved = sum(r["sms"] != r["sms_second_launch"] for r in grid)
+            lines.append(f"{clusters} clusters: {moved} landed elsewhere in a second launch: slots = the plain order")
+            continue
+        plain = groups_per_row(round_groups(groups, list(range(clusters)), band_rows))
+        slotted = groups_per_row(round_groups(groups, [r["slot"] for r in grid], band_rows))
+        lines.append(
+            f"{clusters} clusters: the same SMs in both launches; {len(sizes)} GPC groups of {sizes} clusters; "
+            f"GPC groups per row of a round: {plain:.2f} in the plain order, {slotted:.2f} with the slots"
+        )
+    return lines

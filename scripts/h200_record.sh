@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recording runs, six parts that each fit one device call:
+# The recording runs, seven parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3), raster, epilogue, v5_grid and v5_gpc suites, then
 #                                   the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
@@ -8,6 +8,7 @@
 #   scripts/h200_record.sh pairs    v5 and cuBLAS alternated six times per shape and dtype, then the GPU tests
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, v5 GROUP_M sweep
 #   scripts/h200_record.sh coalescer  the L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
+#   scripts/h200_record.sh gpc      where v5's persistent clusters land (gpc_placement.json), then the GPU tests
 # Everything lands in results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -34,6 +35,9 @@ elif [ "$part" = pairs ]; then
   gpu_tests
 elif [ "$part" = coalescer ]; then
   timeout 300 python3 -m deepgemm coalescer --record 2>&1 | tail -24
+  gpu_tests
+elif [ "$part" = gpc ]; then
+  timeout 120 python3 -m deepgemm gpc --record 2>&1 | tail -6
   gpu_tests
 elif [ "$part" = tests ]; then
   gpu_tests

@@ -84,3 +84,26 @@ def test_the_map_kernel_compiles_for_sm_90a():
 
     report = compile_file_report(gpc.SOURCE, "gpc", {"CLUSTER_SIZE": 16})
     assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
+
+
+def test_round_groups_lay_slots_out_as_the_grouped_order_does():
+    grid = gpc.round_groups([7, 8, 9, 10], slots=[0, 1, 2, 3], band_rows=2)
+    assert grid == [[7, 9], [8, 10]]  # slot p at row p % 2, column p // 2
+    assert gpc.groups_per_row(grid) == 2.0
+    assert gpc.groups_per_row(gpc.round_groups([7, 7, 8, 8], slots=[0, 2, 1, 3], band_rows=2)) == 1.0
+
+
+def _placement(clusters, groups, repeatable=True, moved=()):
+    slots = gpc.slot_order(groups, gpc.PLACEMENT_BAND_ROWS) if repeatable else list(range(clusters))
+    return [{"grid_clusters": clusters, "cluster": c, "sms": [2 * c, 2 * c + 1],
+             "sms_second_launch": [2 * c + 2, 2 * c + 3] if c in moved else [2 * c, 2 * c + 1],
+             "group": groups[c], "slot": slots[c], "repeatable": repeatable} for c in range(clusters)]  # fmt: skip
+
+
+def test_placement_lines_say_how_many_gpcs_share_a_row_of_tiles():
+    scattered = [(c // 8) % 8 for c in range(64)]  # GPC g holds clusters 8g .. 8g+7: a column each in the plain order
+    rows = _placement(64, scattered) + _placement(66, [0] * 66, repeatable=False, moved=(3, 5))
+    lines = gpc.placement_lines(rows)
+    assert lines[0].startswith("64 clusters: the same SMs in both launches; 8 GPC groups of [8, 8, 8, 8, 8, 8, 8, 8]")
+    assert lines[0].endswith("8.00 in the plain order, 1.00 with the slots")
+    assert lines[1] == "66 clusters: 2 landed elsewhere in a second launch: slots = the plain order"
