@@ -107,3 +107,22 @@ def test_placement_lines_say_how_many_gpcs_share_a_row_of_tiles():
     assert lines[0].startswith("64 clusters: the same SMs in both launches; 8 GPC groups of [8, 8, 8, 8, 8, 8, 8, 8]")
     assert lines[0].endswith("8.00 in the plain order, 1.00 with the slots")
     assert lines[1] == "66 clusters: 2 landed elsewhere in a second launch: slots = the plain order"
+
+
+def test_without_a_gpu_the_gpc_command_prints_the_recorded_placement(monkeypatch, capsys):
+    from deepgemm import cli
+
+    monkeypatch.setattr(cli, "gpu_available", lambda: False)
+    assert cli.main(["gpc"]) == 0
+    out = capsys.readouterr().out
+    assert "RECORDED" in out and "64 clusters:" in out and "with the slots" in out and "gpc --record" in out
+
+
+def test_the_recorded_placement_is_a_permutation_per_grid_and_one_cta_per_sm():
+    from deepgemm import results
+
+    rows = results.load("gpc_placement")["rows"]
+    for clusters in gpc.PLACEMENT_GRIDS:
+        grid = [r for r in rows if r["grid_clusters"] == clusters]
+        assert sorted(r["slot"] for r in grid) == list(range(clusters))
+        assert len({sm for r in grid for sm in r["sms"]}) == 2 * clusters
