@@ -6,6 +6,8 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import HAVE_GPU
@@ -47,15 +49,43 @@ def test_recorded_ratios_agree_with_the_rates(progression):
             assert row["tflops"] == pytest.approx(flops / (row["ms"] * 1e-3) / 1e12)
 
 
+def _sass_of(source: str, defines: dict[str, int]) -> str:
+    """The SASS a kernel source compiles to (NVRTC, sm_90a), without cuobjdump's file header."""
+    from kernels import cuobjdump
+
+    from deepgemm.jit import compile_file_report
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cu"
+        path.write_text(source)
+        (cubin := Path(tmp) / "kernel.cubin").write_bytes(compile_file_report(path, "kernel", defines).cubin)
+        sass = subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True)
+    return sass.stdout[sass.stdout.index("Function :") :]
+
+
 def test_kernels_are_the_ones_recorded(progression):
     """The recorded numbers stay valid only while the kernels are those that ran (their defaults are the
-    launchers', test_file_defaults_match_the_launcher_defaults)."""
+    launchers', test_file_defaults_match_the_launcher_defaults). A kernel whose source changed since the
+    recorded commit must still compile to the same SASS, for both dtypes (and for v5 with the epilogue
+    the epilogue suite times): comments may be mended, code may not change without a new record."""
+    from kernels import launcher_defines
+
     commit = progression["provenance"]["commit"]
-    paths = ["stages/*/kernel.cu"]
-    proc = subprocess.run(["git", "diff", "--quiet", commit, "--", *paths], cwd=results.REPO, capture_output=True)
-    if proc.returncode not in (0, 1):
-        pytest.skip(f"git cannot compare with the recorded commit {commit[:12]} here")
-    assert proc.returncode == 0, f"kernels changed since {commit[:12]}: record the progression again"
+    for stage in STAGES:
+        path = f"stages/{stage}/kernel.cu"
+        shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=results.REPO, capture_output=True, text=True)
+        if shown.returncode != 0:
+            pytest.skip(f"git cannot show {path} at the recorded commit {commit[:12]} here")
+        current = (results.REPO / path).read_text()
+        if shown.stdout == current:
+            continue
+        variants = [{}] + ([{"HAS_BIAS": 1, "ACTIVATION": 2}] if stage == "v5_fused" else [])
+        for bf16 in (False, True):
+            for extra in variants:
+                defines = dict(launcher_defines(stage, bf16, **extra))
+                assert _sass_of(shown.stdout, defines) == _sass_of(current, defines), (
+                    f"{stage} ({defines}) compiles differently from {commit[:12]}: record the progression again"
+                )
 
 
 def test_provenance_names_gpu_commit_and_command(progression):
