@@ -64,6 +64,7 @@ SUITES = {
     "v5_gpc": "v5 with clusters of one GPC on neighbouring tiles (GPC_SLOTS 1) and in the plain order (0)",
     "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
     "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
+    "shapes": "v5 and cuBLAS at the shapes given (notebook 07 sweeps M at N = K = 4096)",
 }
 
 
@@ -95,6 +96,8 @@ def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], d
         return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=_log)
     if suite == "call":
         return bench.bench_call(m, n, k, dtype, settle_s=settle, log=_log)
+    if suite == "shapes":
+        return bench.bench_shape(["v5_fused"], m, n, k, dtype, settle_s=settle, log=_log)
     if suite == "pairs":
         return bench.bench_pairs("v5_fused", m, n, k, dtype, settle_s=settle, log=_log)
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")

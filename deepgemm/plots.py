@@ -688,3 +688,52 @@ def coalescer_plot(rows: Sequence[Row]) -> Figure:
     delay_ax.set_title("share merged against start delay", fontsize=10)
     delay_ax.legend(fontsize=7)
     return fig
+
+
+def tile_rounds(m: int, n: int, block_m: int, block_n: int, cluster_m: int, sm_count: int) -> Row:
+    """How v5's persistent grid covers an M x N output: its cluster tiles, the CTAs it launches (full rounds,
+    `balanced_workers`), the rounds, the share of the SMs busy, and the share of the computed rows that are
+    rows of C (the rest multiply the zeros TMA fills in past M)."""
+    from deepgemm.launch import balanced_workers, ceil_div
+
+    cluster_rows = ceil_div(ceil_div(m, block_m), cluster_m)
+    cluster_tiles = cluster_rows * ceil_div(n, block_n)
+    clusters = balanced_workers(cluster_tiles, sm_count // cluster_m)
+    return {
+        "m": m, "n": n, "cluster_tiles": cluster_tiles, "ctas": clusters * cluster_m,
+        "rounds": ceil_div(cluster_tiles, clusters), "sms_busy_pct": 100 * clusters * cluster_m / sm_count,
+        "rows_of_c_pct": 100 * m / (cluster_rows * cluster_m * block_m),
+    }  # fmt: skip
+
+
+TILE_ROUND_COLUMNS = (
+    ("m", "M", 0), ("n", "N", 0), ("cluster_tiles", "cluster tiles", 0), ("ctas", "CTAs", 0), ("rounds", "rounds", 0),
+    ("sms_busy_pct", "% SMs busy", 0), ("rows_of_c_pct", "% computed rows in C", 1),
+)  # fmt: skip
+
+
+def shapes_plot(rows: Sequence[Row], stage: str = "v5_fused", dtype: str = "fp16") -> Figure:
+    """The `shapes` suite: TFLOP/s of a stage and cuBLAS against M (log scale), and their ratio."""
+    mine = sorted((r for r in rows if r["dtype"] == dtype), key=lambda r: r["m"])
+    if not mine:
+        return _empty(f"no recorded {dtype} shapes")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.4), layout="constrained")
+    rate_ax, ratio_ax = fig.subplots(1, 2)
+    for name in (stage, CUBLAS):
+        picked = [r for r in mine if r["stage"] == name]
+        rate_ax.plot(
+            [r["m"] for r in picked], [r["tflops"] for r in picked], "o-", color=_color(name), label=_short(name)
+        )
+    ours = [r for r in mine if r["stage"] == stage]
+    ratio_ax.plot([r["m"] for r in ours], [r["x_cublas"] for r in ours], "o-", color=_color(stage))
+    ratio_ax.axhline(1.0, color="black", lw=0.8)
+    n, k = mine[0]["n"], mine[0]["k"]
+    for ax in (rate_ax, ratio_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"M (N = {n}, K = {k})")
+    rate_ax.set_title(f"TFLOP/s, {dtype}", fontsize=10)
+    rate_ax.legend(fontsize=8)
+    ratio_ax.set_title(f"{_short(stage)} / cuBLAS", fontsize=10)
+    return fig
