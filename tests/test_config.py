@@ -49,7 +49,7 @@ def test_every_bench_suite_is_dispatched():
 
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         cli._run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
-    assert set(cli.CONFIG_SWEEPS) | {"progression", "epilogue", "call", "pairs"} == set(cli.SUITES)
+    assert set(cli.CONFIG_SWEEPS) | {"progression", "epilogue", "call", "pairs", "shapes"} == set(cli.SUITES)
 
 
 def test_value_reads_core_fields_and_extra_knobs_by_define_name():

@@ -317,3 +317,12 @@ def test_coalescer_plot_shows_every_partner_and_the_delay_sweeps():
 
 def test_coalescer_plot_without_a_record_says_so():
     assert any("no recorded coalescer" in t.get_text() for t in plots.coalescer_plot([]).axes[0].texts)
+
+
+def test_tile_rounds_say_how_v5_covers_skinny_and_square_outputs():
+    one_row = plots.tile_rounds(1, 4096, 128, 256, 2, 132)
+    assert (one_row["cluster_tiles"], one_row["ctas"], one_row["rounds"]) == (16, 32, 1)
+    assert one_row["rows_of_c_pct"] == pytest.approx(100 / 256)  # 1 row of C in a 256-row cluster tile
+    square = plots.tile_rounds(4096, 4096, 128, 256, 2, 132)
+    assert (square["cluster_tiles"], square["ctas"], square["rounds"]) == (256, 128, 4)
+    assert square["rows_of_c_pct"] == 100.0
