@@ -7,7 +7,7 @@ import argparse
 import difflib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deepgemm import results
@@ -120,10 +120,14 @@ def print_rows(rows: Sequence[dict]) -> None:
         print(results.format_table(summary, results.PAIR_COLUMNS))
 
 
-def show_recorded(name: str = "progression") -> int:
+def show_recorded(name: str = "progression", summary: Callable[[list[dict]], list[str]] | None = None) -> int:
+    """What a GPU-less machine prints: the recorded run, as a table or as `summary`'s lines, and how it was made."""
     record = results.load(name)
     print(results.recorded_banner(record["provenance"]))
-    print_rows(record["rows"])
+    if summary is None:
+        print_rows(record["rows"])
+    else:
+        print("\n".join(summary(record["rows"])))
     print(f"(command: {record['provenance']['command']})")
     return 0
 
@@ -230,11 +234,7 @@ def cmd_coalescer(args: argparse.Namespace) -> int:
         coalescer.run_pairs(json.loads(Path(args.run_plan).read_text()), warm=args.warm)
         return 0
     if not gpu_available():
-        record = results.load("coalescer")
-        print(results.recorded_banner(record["provenance"]))
-        print("\n".join(coalescer.summary_lines(record["rows"])))
-        print(f"(command: {record['provenance']['command']})")
-        return 0
+        return show_recorded("coalescer", coalescer.summary_lines)
     groups, rows = coalescer.probe()
     print(f"{len(groups)} SM groups from clusters: sizes {sorted(len(g) for g in groups)}")
     print("\n".join(coalescer.summary_lines(rows)))
@@ -250,11 +250,7 @@ def cmd_gpc(args: argparse.Namespace) -> int:
     from deepgemm import gpc
 
     if not gpu_available():
-        record = results.load("gpc_placement")
-        print(results.recorded_banner(record["provenance"]))
-        print("\n".join(gpc.placement_lines(record["rows"])))
-        print(f"(command: {record['provenance']['command']})")
-        return 0
+        return show_recorded("gpc_placement", gpc.placement_lines)
     rows = [row for clusters in gpc.PLACEMENT_GRIDS for row in gpc.placement_rows(clusters)]
     print("\n".join(gpc.placement_lines(rows)))
     if args.record:
