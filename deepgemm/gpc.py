@@ -165,17 +165,22 @@ def gpc_groups(
     return union_groups(seen, sm_count())
 
 
+def probe_placement(clusters: int, cluster_size: int) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Where a persistent grid of `clusters` clusters (one CTA per SM) lands in two launches, and the GPC
+    group of each cluster where it landed first."""
+    first, second = (cluster_sms(cluster_size, clusters) for _ in range(2))
+    where = group_index(gpc_groups(placed=first))
+    return first, second, [where[sms[0]] for sms in first]
+
+
 @cache
 def cluster_groups(device_id: int, clusters: int, cluster_size: int) -> tuple[int, ...] | None:
-    """The GPC group of each cluster of a persistent grid of `clusters` clusters (one CTA per SM), or
-    None when two launches placed the clusters differently: then no order can count on the placement.
-    On the H200 a grid of 64 clusters of two lands the same way every time and one of 66 does not."""
+    """The GPC group of each cluster of a persistent grid, or None when two launches placed the clusters
+    differently: then no order can count on the placement. On the H200 a grid of 64 clusters of two
+    landed the same way in every probe; one of 66 did in one probe and not in another."""
     del device_id  # the cache key: one answer per GPU
-    first, second = (cluster_sms(cluster_size, clusters) for _ in range(2))
-    if first != second:
-        return None
-    where = group_index(gpc_groups(placed=first))
-    return tuple(where[sms[0]] for sms in first)
+    first, second, groups = probe_placement(clusters, cluster_size)
+    return tuple(groups) if first == second else None
 
 
 def cluster_slots(clusters: int, cluster_size: int, band_rows: int) -> np.void:
@@ -229,9 +234,7 @@ def groups_per_row(grid: Sequence[Sequence[int]]) -> float:
 def placement_rows(clusters: int, cluster_size: int = 2, band_rows: int = PLACEMENT_BAND_ROWS) -> list[dict[str, Any]]:
     """One row per cluster of a persistent grid of `clusters`: the SMs it landed on in two launches, its
     GPC group and the slot the launcher gives it (the identity when the two launches differ)."""
-    first, second = (cluster_sms(cluster_size, clusters) for _ in range(2))
-    where = group_index(gpc_groups(placed=first))
-    groups = [where[sms[0]] for sms in first]
+    first, second, groups = probe_placement(clusters, cluster_size)
     repeatable = first == second
     slots = slot_order(groups, band_rows) if repeatable else list(range(clusters))
     return [
