@@ -3,12 +3,15 @@
 On a GPU, `get_kernel` compiles through CuPy's NVRTC backend. CuPy keeps compiled modules on disk keyed by
 source and options, so a shape seen before costs a disk read; the map here keeps them in memory on top.
 Without a GPU, `compile_report` runs the same NVRTC compile through the low-level bindings and returns
-the cubin with ptxas's resource report, for the tests and for reading SASS.
+the cubin with ptxas's resource report, for the tests and for reading SASS (`disassemble`).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -121,3 +124,31 @@ def compile_file_report(path: Path, name: str, defines: Mapping[str, int], arch:
     if "Used" not in log:
         raise RuntimeError(f"{name}: ptxas printed no resource report, so registers and spills are unknown:\n{log}")
     return CompileReport(cubin=cubin, log=log, **parse_ptxas(log))
+
+
+def compile_source(source: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
+    """Compile kernel source text as a stage is compiled (NVRTC, no GPU needed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cu"
+        path.write_text(source)
+        return compile_file_report(path, "kernel", defines, arch)
+
+
+def cuobjdump() -> str:
+    """The cuobjdump binary (the nvidia-cuda-cuobjdump wheel that `make test` installs, or the toolkit's)."""
+    from cuda.pathfinder import find_nvidia_binary_utility
+
+    found = find_nvidia_binary_utility("cuobjdump") or shutil.which("cuobjdump")
+    if found is None:
+        raise RuntimeError("cuobjdump not found: `pip install nvidia-cuda-cuobjdump` (make test does)")
+    return found
+
+
+def disassemble(cubin: bytes) -> str:
+    """The SASS of a cubin, as `cuobjdump --dump-sass` prints it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run(
+            [cuobjdump(), "--dump-sass", str(path)], capture_output=True, text=True, check=True
+        ).stdout

@@ -143,10 +143,10 @@ COLUMNS = (
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, int]] = COLUMNS) -> str:
-    """A plain-text table of bench rows; missing values print as '-'."""
+    """A plain-text table of rows (bench rows, or any with the given columns); missing values print as '-'."""
     cells = [[title for _, title, _ in columns]]
     for row in rows:
-        shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"}
+        shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"} if {"m", "n", "k"} <= row.keys() else row
         cells.append([_cell(shaped.get(key), digits) for key, _, digits in columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 from functools import cache
-from pathlib import Path
 
 from deepgemm import stages
-from deepgemm.jit import CompileReport, compile_report
+from deepgemm.jit import CompileReport, compile_report, disassemble
 
 TENSOR_CORE_STAGES = ("v3_wgmma_tma", "v4_pipeline_swizzle", "v5_fused")
 PORTABLE_STAGES = ("v0_naive", "v1_tiled", "v2_mma_sync")  # also built for sm_80
@@ -26,21 +22,7 @@ def compiled(stage: str, defines: tuple[tuple[str, int], ...], arch: str = "sm_9
     return compile_report(stage, dict(defines), arch)
 
 
-def cuobjdump() -> str:
-    from cuda.pathfinder import find_nvidia_binary_utility
-
-    found = find_nvidia_binary_utility("cuobjdump") or shutil.which("cuobjdump")
-    if found is None:
-        raise RuntimeError("cuobjdump not found: `pip install nvidia-cuda-cuobjdump` (make test does)")
-    return found
-
-
 @cache
 def sass(stage: str, defines: tuple[tuple[str, int], ...], arch: str = "sm_90a") -> str:
     """The SASS of a compile, as cuobjdump prints it."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(compiled(stage, defines, arch).cubin)
-        return subprocess.run(
-            [cuobjdump(), "--dump-sass", str(path)], capture_output=True, text=True, check=True
-        ).stdout
+    return disassemble(compiled(stage, defines, arch).cubin)

@@ -6,8 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 from conftest import HAVE_GPU
@@ -51,16 +49,10 @@ def test_recorded_ratios_agree_with_the_rates(progression):
 
 def _sass_of(source: str, defines: dict[str, int]) -> str:
     """The SASS a kernel source compiles to (NVRTC, sm_90a), without cuobjdump's file header."""
-    from kernels import cuobjdump
+    from deepgemm.jit import compile_source, disassemble
 
-    from deepgemm.jit import compile_file_report
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cu"
-        path.write_text(source)
-        (cubin := Path(tmp) / "kernel.cubin").write_bytes(compile_file_report(path, "kernel", defines).cubin)
-        sass = subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True)
-    return sass.stdout[sass.stdout.index("Function :") :]
+    sass = disassemble(compile_source(source, defines).cubin)
+    return sass[sass.index("Function :") :]
 
 
 def test_kernels_are_the_ones_recorded(progression):
