@@ -81,6 +81,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def cluster_rows(m: int, block_m: int, cluster_m: int) -> int:
+    """Rows of cluster tiles: clusters of `cluster_m` CTAs stack their tiles along M."""
+    return ceil_div(ceil_div(m, block_m), cluster_m)
+
+
 def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
     return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
 
@@ -137,7 +142,7 @@ def persistent_grid(
     if cluster_m == 1:
         tiles, slots = output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"]
     else:
-        tiles = ceil_div(ceil_div(problem.m, block_m), cluster_m) * ceil_div(problem.n, block_n)
+        tiles = cluster_rows(problem.m, block_m, cluster_m) * ceil_div(problem.n, block_n)
         slots = max_active_clusters(kernel, threads, dynamic_smem, cluster_m)
     workers = balanced_workers(tiles, slots) if balance_rounds else min(tiles, slots)
     return workers * cluster_m

@@ -694,15 +694,15 @@ def tile_rounds(m: int, n: int, block_m: int, block_n: int, cluster_m: int, sm_c
     """How v5's persistent grid covers an M x N output: its cluster tiles, the CTAs it launches (full rounds,
     `balanced_workers`), the rounds, the share of the SMs busy, and the share of the computed rows that are
     rows of C (the rest multiply the zeros TMA fills in past M)."""
-    from deepgemm.launch import balanced_workers, ceil_div
+    from deepgemm.launch import balanced_workers, ceil_div, cluster_rows
 
-    cluster_rows = ceil_div(ceil_div(m, block_m), cluster_m)
-    cluster_tiles = cluster_rows * ceil_div(n, block_n)
+    rows = cluster_rows(m, block_m, cluster_m)
+    cluster_tiles = rows * ceil_div(n, block_n)
     clusters = balanced_workers(cluster_tiles, sm_count // cluster_m)
     return {
         "m": m, "n": n, "cluster_tiles": cluster_tiles, "ctas": clusters * cluster_m,
         "rounds": ceil_div(cluster_tiles, clusters), "sms_busy_pct": 100 * clusters * cluster_m / sm_count,
-        "rows_of_c_pct": 100 * m / (cluster_rows * cluster_m * block_m),
+        "rows_of_c_pct": 100 * m / (rows * cluster_m * block_m),
     }  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from deepgemm import gpc
 from deepgemm.config import GemmConfig, require_in
 from deepgemm.dtypes import dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
-from deepgemm.launch import KernelLaunch, ceil_div, tma_gemm_launch
+from deepgemm.launch import KernelLaunch, cluster_rows, tma_gemm_launch
 from deepgemm.operands import bias_vector, check_problem, require_gpu
 from stages.v4_pipeline_swizzle.launch import check_config
 
@@ -44,10 +44,11 @@ def epilogue_defines(has_bias: bool, activation: str | None, out_dtype: np.dtype
     }
 
 
-def slot_tables(cfg: GemmConfig, cluster_rows: int) -> Callable[[int], np.void]:
-    """The slot table for a grid of n clusters: GPC-mates on neighbouring tiles (GPC_SLOTS 1) or the plain
-    grouped order (0). A slot is a position in the band of GROUP_M tile rows the tile order walks."""
-    band_rows = max(1, min(cfg.value("GROUP_M") // cfg.value("CLUSTER_M"), cluster_rows))
+def slot_tables(cfg: GemmConfig, rows: int) -> Callable[[int], np.void]:
+    """The slot table for a grid of n clusters, given the `rows` of cluster tiles: GPC-mates on neighbouring
+    tiles (GPC_SLOTS 1) or the plain grouped order (0). A slot is a position in the band of GROUP_M tile rows
+    the tile order walks."""
+    band_rows = max(1, min(cfg.value("GROUP_M") // cfg.value("CLUSTER_M"), rows))
     if cfg.value("GPC_SLOTS"):
         return lambda clusters: gpc.cluster_slots(clusters, cfg.value("CLUSTER_M"), band_rows)
     return gpc.identity_slots
@@ -87,7 +88,7 @@ def plan(
         epilogue_defines=epilogue_defines(bias is not None, activation, p.out.dtype),
         store_box=(STORE_ROWS, STORE_BYTES // p.out.itemsize),
         store_smem_bytes=STORE_SMEM_BYTES,
-        cluster_slots=slot_tables(cfg, ceil_div(ceil_div(p.m, cfg.value("BLOCK_M")), cfg.value("CLUSTER_M"))),
+        cluster_slots=slot_tables(cfg, cluster_rows(p.m, cfg.value("BLOCK_M"), cfg.value("CLUSTER_M"))),
         keep_alive=(bias_f32,),
     )
 
