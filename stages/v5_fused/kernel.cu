@@ -16,6 +16,9 @@
 //     time, into a 128B-swizzled box in shared memory (stmatrix for 16-bit outputs) and one lane hands
 //     the box to a bulk tensor store. The consumers go straight on to the next tile's wgmma while the
 //     TMA unit drains the boxes to global memory; C's bounds clip the boxes, so tails cost nothing extra.
+//   - starts the next tile under the epilogue: once the left half of the tile (columns 0-127) is stored,
+//     its 64 accumulators take the next tile's first k-tile for those columns (two m64n128k16 halves
+//     instead of one m64n256k16), so the tensor cores work while the right half is converted and stored;
 //   - lets clusters in one GPC take neighbouring tiles: each cluster takes a fixed slot of every round
 //     of tiles, and the launcher, which learns where the clusters land, gives GPC-mates a run along one
 //     row of tiles. Their identical reads of that row's A then reach their GPC's L2 request coalescer
@@ -25,9 +28,9 @@
 //     suspend hint) instead of spinning, and the main loop adds offsets to wgmma descriptors built once
 //     instead of rebuilding them every k-tile. The card runs at its power limit, so fewer instructions
 //     issued per GEMM is a higher SM clock for the same work.
-// What still limits it: the epilogue runs while the tensor cores wait, about 3.6% of a 4096^3 GEMM's
-// cycles (2.1% of them the stores of C; with GELU, one MUFU.TANH per element adds about 3% more), and
-// when the tile count is not a multiple of the SM count the last round leaves SMs idle.
+// What still limits it: the left half of the epilogue runs while the tensor cores wait (all of it in the
+// fused epilogues, which have no registers to spare for the head; with GELU, one MUFU.TANH per element adds
+// about 3%), and when the tile count is not a multiple of the SM count the last round leaves SMs idle.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
 
 #include <cuda_fp16.h>
@@ -97,6 +100,19 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #endif
 #ifndef CLUSTER_M
 #define CLUSTER_M 2    // CTAs per cluster, on neighbouring tile rows: they share B, each loading 1/CLUSTER_M
+#endif
+// The head: the next tile's first k-tile, issued for columns 0-127 between the two halves of the epilogue
+// (below). While it runs, the other 64 accumulators are still being stored, so the epilogue's live values
+// and all 128 accumulators share the registers ptxas gives a consumer thread. The plain epilogue (16-bit
+// output, no bias, no activation) fits; with a bias, an activation or an fp32 output, NVRTC's ptxas
+// serialises every wgmma of the kernel in some of them (its warning C7511, which a CPU test watches
+// for), so those epilogues go without the head.
+#ifndef HEAD_KTILES
+#if HAS_BIAS || ACTIVATION || OUT_DTYPE == 2
+#define HEAD_KTILES 0
+#else
+#define HEAD_KTILES 1  // k-tiles in the head; with 2, ptxas serialises the wgmma even here
+#endif
 #endif
 
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
@@ -366,6 +382,23 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// D(64x128, fp32) += A(64x16) * B(16x128), for the head. Its fragment is m64n256k16's for 128 columns, so
+// d can be either half of those accumulators: acc for columns 0-127, acc + 64 for 128-255 (with B's
+// descriptor moved on by 128 rows).
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long desc_a,
+                                                 unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // Gives this warpgroup's spare registers back to the CTA's pool (all 4 warps execute it).
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -419,6 +452,15 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[CLUST
     mbarrier_arrive(empty_bar0[0] + stage * 8);
 #endif
 }
+
+// Hands back the head's stages (count of them, from first), once its wgmma have read them.
+__device__ __forceinline__ void release_stages(const unsigned (&empty_bar0)[CLUSTER_M], int first, int count) {
+    for (int i = 0; i < count; ++i) release_stage(empty_bar0, (first + i) % NUM_STAGES);
+}
+
+// Row 128 of a B tile, in wgmma descriptor units (16 bytes): where the head's right half starts. 128 rows
+// of 128 bytes are 16 KB, a multiple of the swizzle pattern's 1024 bytes, so only the start address moves.
+constexpr unsigned long long B_HALF_DESC = (BLOCK_N / 2) * SWIZZLE_ROW_BYTES / 16;
 
 // ---------------------------------------------------------------------------------------------------
 // The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
@@ -568,6 +610,10 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // This warp's two store boxes; the chunk counter runs on across tiles and picks the box.
         const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         int epi_chunk = 0;
+        float acc[BLOCK_N / 2];
+        const int head_ktiles = min(HEAD_KTILES, k_tiles);
+        int head_stage = 0;        // the first of the head's stages
+        bool head_issued = false;  // this tile's first head_ktiles k-tiles were issued in the last epilogue
 
         // The main loop's operands, built once. Stage 0's descriptors: this consumer's 64 rows of A are
         // 64 x 128 bytes (8 swizzle patterns) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
@@ -589,36 +635,41 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
             const int tile_m = cluster_m * CLUSTER_M + rank;
 
-            float acc[BLOCK_N / 2];
-#pragma unroll
-            for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.0f;
-
             // ---- main loop over K -------------------------------------------------------------------
+            // With a head issued (below), k-tiles 0 .. head_ktiles - 1 of this tile are done already.
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
-            for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+            for (int k_tile = head_issued ? head_ktiles : 0; k_tile < k_tiles; ++k_tile) {
                 mbarrier_wait_parity(full_bar0 + stage * 8, phase);
 
                 const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
-                wgmma_fence();  // acc was written by ordinary instructions (zeroing, the last epilogue's reads)
+                wgmma_fence();  // acc was written by ordinary instructions (the last epilogue's reads)
 #pragma unroll
                 for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
                     // k16 step kk is the 32-byte column kk of every 128-byte row: the start address moves
                     // by 32 bytes (2 in the descriptor); the hardware applies the same XOR as TMA, from
-                    // the address bits.
+                    // the address bits. A tile's first step overwrites acc (scale-d 0) instead of adding.
                     const unsigned long long step = stage_desc + kk * (32 / 16);
-                    wgmma_m64n256k16(acc, desc_a0 + step, desc_b0 + step, 1);
+                    wgmma_m64n256k16(acc, desc_a0 + step, desc_b0 + step, (k_tile | kk) != 0);
                 }
                 wgmma_commit_group();
-                // This batch stays in flight; the one before it (k-tile - 1) has now finished reading its
-                // stage, which this warp releases.
+                // This batch stays in flight; the one before it (k-tile - 1, or the head) has now finished
+                // reading its stage, which this warp releases.
                 wgmma_wait_group<1>();
-                if (k_tile > 0 && lane == 0) release_stage(empty_bar0, prev_stage);
+                if (lane == 0) {
+                    if (head_issued) release_stages(empty_bar0, head_stage, head_ktiles);
+                    else if (k_tile > 0) release_stage(empty_bar0, prev_stage);
+                }
+                head_issued = false;
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
-            if (lane == 0) release_stage(empty_bar0, prev_stage);
+            if (lane == 0) {
+                if (head_issued) release_stages(empty_bar0, head_stage, head_ktiles);
+                else release_stage(empty_bar0, prev_stage);
+            }
+            head_issued = false;
             acc_register_fence(acc);
 
             // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -----------
@@ -626,8 +677,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
             // one lane stores the box with TMA and the warp moves on without waiting for it.
             const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
-#pragma unroll
-            for (int chunk = 0; chunk < BLOCK_N / EPI_CHUNK_COLS; ++chunk, ++epi_chunk) {
+            auto epilogue_chunk = [&](const int chunk) {
                 const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
                 // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
                 // newer one may still be reading.
@@ -680,6 +730,49 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
                     bulk_commit_group();
                 }
+            };
+            constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
+#pragma unroll
+            for (int chunk = 0; chunk < CHUNKS / 2; ++chunk, ++epi_chunk) epilogue_chunk(chunk);
+            // ---- the head ---------------------------------------------------------------------------------
+            // Columns 0-127 are stored, so their 64 accumulators can start the next tile: its first k-tile
+            // for those columns, 4 x 64 tensor-core cycles per consumer, runs while the right half is
+            // converted and stored (a development trace put the whole epilogue at about 2,400 cycles a tile,
+            // the tensor cores idle). The right half's share of that k-tile follows. ptxas waits for both
+            // before the next tile's main loop (its note C7517: a wgmma group may not cross this loop's
+            // back edge), so the head is one k-tile; the main loop then starts at k-tile 1.
+            const bool has_next = HEAD_KTILES > 0 && tile_idx + num_clusters < num_tiles;
+            if (has_next) {
+                head_stage = stage;
+                wgmma_fence();
+                for (int h = 0; h < head_ktiles; ++h) {
+                    mbarrier_wait_parity(full_bar0 + stage * 8, phase);
+                    const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
+#pragma unroll
+                    for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
+                        const unsigned long long step = stage_desc + kk * (32 / 16);
+                        wgmma_m64n128k16(acc, desc_a0 + step, desc_b0 + step, (h | kk) != 0);
+                    }
+                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
+                }
+                wgmma_commit_group();
+            }
+#pragma unroll
+            for (int chunk = CHUNKS / 2; chunk < CHUNKS; ++chunk, ++epi_chunk) epilogue_chunk(chunk);
+            if (has_next) {
+                wgmma_fence();
+                int s2 = head_stage;
+                for (int h = 0; h < head_ktiles; ++h) {
+                    const unsigned long long stage_desc = (unsigned long long)(s2 * (STAGE_BYTES / 16));
+#pragma unroll
+                    for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
+                        const unsigned long long step = stage_desc + kk * (32 / 16);
+                        wgmma_m64n128k16(acc + BLOCK_N / 4, desc_a0 + step, desc_b0 + step + B_HALF_DESC, (h | kk) != 0);
+                    }
+                    if (++s2 == NUM_STAGES) s2 = 0;
+                }
+                wgmma_commit_group();
+                head_issued = true;
             }
         }
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
