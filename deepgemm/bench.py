@@ -294,10 +294,13 @@ def _log_row(row: dict[str, object], log: Callable[[str], None]) -> None:
     log(f"  {row['stage']:<28} {row['tflops']:8.1f} TFLOP/s{verdict}")
 
 
+def cublas_launches(work: Workload) -> list[LibraryLaunch]:
+    """cuBLAS on each of the workload's input sets, each into its own output."""
+    return [cublas_launch(a, b, cupy.empty((work.m, work.n), dtype=a.dtype)) for a, b in work.problems]
+
+
 def cublas_row(work: Workload, settle_s: float, log: Callable[[str], None]) -> dict[str, object]:
-    outs = [cupy.empty((work.m, work.n), dtype=a.dtype) for a, _ in work.problems]
-    launches = [cublas_launch(a, b, out) for (a, b), out in zip(work.problems, outs)]
-    row = measure("cublas", work, launches, settle_s=settle_s)
+    row = measure("cublas", work, cublas_launches(work), settle_s=settle_s)
     row["x_cublas"] = 1.0
     _log_row(row, log)
     return row
@@ -427,9 +430,8 @@ def bench_pairs(
     from deepgemm import stages as stage_registry
 
     work = Workload.make(m, n, k, dtype_name)
-    outs = [cupy.empty((m, n), dtype=a.dtype) for a, _ in work.problems]
     launchers = {
-        "cublas": [cublas_launch(a, b, out) for (a, b), out in zip(work.problems, outs)],
+        "cublas": cublas_launches(work),
         stage: [stage_registry.load(stage).plan(a, b) for a, b in work.problems],
     }
     rows = []

@@ -740,7 +740,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // converted and stored (a development trace put the whole epilogue at about 2,400 cycles a tile,
             // the tensor cores idle). The right half's share of that k-tile follows. ptxas waits for both
             // before the next tile's main loop (its note C7517: a wgmma group may not cross this loop's
-            // back edge), so the head is one k-tile; the main loop then starts at k-tile 1.
+            // back edge), so the head is one k-tile; the main loop then starts at k-tile 1. The head keeps
+            // its loop over head_ktiles (one) and releases its stages on its own: written as a single
+            // unrolled k-tile, or released through prev_stage, ptxas serialised every wgmma (C7511).
             const bool has_next = HEAD_KTILES > 0 && tile_idx + num_clusters < num_tiles;
             if (has_next) {
                 head_stage = stage;
