@@ -57,6 +57,19 @@ def test_v5_compiles_every_epilogue_without_spills_or_serialised_wgmma(bf16, out
         assert SERIALISED_WGMMA not in report.log, (activation, out_dtype, has_bias)
 
 
+@pytest.mark.parametrize("cluster_m", [1, 2])
+@pytest.mark.parametrize("num_stages", [2, 3, 4])
+@pytest.mark.parametrize("group_m", [1, 8, 16])
+def test_v5_wgmma_stay_pipelined_under_every_pipeline_knob(cluster_m, num_stages, group_m):
+    """The knobs a GemmConfig may change in v5 also move ptxas's register budget (the head is on only at
+    CLUSTER_M 2 and 4 stages): no build of the plain epilogue may serialise its wgmma."""
+    for bf16 in (False, True):
+        for out_dtype in (0, 1):
+            knobs = {"CLUSTER_M": cluster_m, "NUM_STAGES": num_stages, "GROUP_M": group_m, "OUT_DTYPE": out_dtype}
+            report = compiled("v5_fused", launcher_defines("v5_fused", bf16, **knobs))
+            assert SERIALISED_WGMMA not in report.log, (bf16, knobs)
+
+
 def test_v5_head_is_on_where_it_fits_and_the_check_sees_it_where_it_does_not():
     plain = launcher_defines("v5_fused", False)
     fused = launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=2)

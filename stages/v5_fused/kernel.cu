@@ -103,12 +103,13 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #endif
 // The head: the next tile's first k-tile, issued for columns 0-127 between the two halves of the epilogue
 // (below). While it runs, the other 64 accumulators are still being stored, so the epilogue's live values
-// and all 128 accumulators share the registers ptxas gives a consumer thread. The plain epilogue (16-bit
-// output, no bias, no activation) fits; with a bias, an activation or an fp32 output, NVRTC's ptxas
-// serialises every wgmma of the kernel in some of them (its warning C7511, which a CPU test watches
-// for), so those epilogues go without the head.
+// and all 128 accumulators share the registers ptxas gives a consumer thread, and whether ptxas then keeps
+// the wgmma pipelined is fragile: with a bias, an activation or an fp32 output, with clusters of one, or
+// with 2 or 3 stages, NVRTC's ptxas serialises every wgmma of the kernel in some builds (its warning C7511,
+// which a CPU test watches for across these knobs). So the head runs in the configuration it was measured
+// in: the plain epilogue, clusters of two, four stages.
 #ifndef HEAD_KTILES
-#if HAS_BIAS || ACTIVATION || OUT_DTYPE == 2
+#if HAS_BIAS || ACTIVATION || OUT_DTYPE == 2 || CLUSTER_M != 2 || NUM_STAGES != 4
 #define HEAD_KTILES 0
 #else
 #define HEAD_KTILES 1  // k-tiles in the head; with 2, ptxas serialises the wgmma even here
