@@ -103,6 +103,9 @@ def _run_suite(suite: str, stages: Sequence[str], shape: tuple[int, int, int], d
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
 
 
+PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cuBLAS (`--pairs`)
+
+
 def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
     rows: list[dict] = []
     for shape in _shapes(args):
@@ -112,16 +115,38 @@ def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "pr
     return rows
 
 
-def print_rows(rows: Sequence[dict]) -> None:
-    """The rows as a table; for the pairs suite, then each pair's ratio summed up."""
-    print(results.format_table(rows))
+def _run_pairs(stages: Sequence[str], args: argparse.Namespace) -> list[dict]:
+    """After a progression: v5 and cuBLAS alternated `--pairs` times per shape and dtype, in the same run.
+
+    A progression row per kernel cannot resolve v5 against cuBLAS to a percent or two (the clock drifts with
+    the card's heat and power cap, and rows meet the card in different states); pairs, their order swapped
+    each time, can.
+    """
+    pairs = getattr(args, "pairs", 0)
+    if args.suite != "progression" or pairs <= 0 or PAIRED_STAGE not in stages:
+        return []
+    from deepgemm import bench
+
+    rows: list[dict] = []
+    for m, n, k in _shapes(args):
+        for dtype in _dtypes(args.dtype):
+            _log(f"pairs {m}x{n}x{k} {dtype}, v5 and cuBLAS alternated {pairs} times:")
+            rows += bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, pairs=pairs, settle_s=args.settle, log=_log)
+    return rows
+
+
+def print_rows(rows: Sequence[dict], rows_table: bool = True) -> None:
+    """The rows as a table; for pair rows, then each pair's ratio summed up (or only that: rows_table False)."""
+    if rows_table:
+        print(results.format_table(rows))
     summary = results.pair_summary(rows)
     if summary:
         print(results.format_table(summary, results.PAIR_COLUMNS))
 
 
 def show_recorded(name: str = "progression", summary: Callable[[list[dict]], list[str]] | None = None) -> int:
-    """What a GPU-less machine prints: the recorded run, as a table or as `summary`'s lines, and how it was made."""
+    """What a GPU-less machine prints: the recorded run, as a table or as `summary`'s lines, and how it was made.
+    For the progression, then the pairs recorded in the same run, where there are some."""
     record = results.load(name)
     print(results.recorded_banner(record["provenance"]))
     if summary is None:
@@ -129,17 +154,30 @@ def show_recorded(name: str = "progression", summary: Callable[[list[dict]], lis
     else:
         print("\n".join(summary(record["rows"])))
     print(f"(command: {record['provenance']['command']})")
+    if name == "progression":
+        pairs = results.load("pairs")
+        if pairs["provenance"] == record["provenance"]:
+            print(f"\n{PAIRED_STAGE} and cuBLAS alternated in the same run:")
+            print_rows(pairs["rows"], rows_table=False)
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if not gpu_available():
         return show_recorded(args.suite)
-    rows = _run_bench(parse_stages(args.stages), args, args.suite)
+    stages = parse_stages(args.stages)
+    rows = _run_bench(stages, args, args.suite)
+    pair_rows = _run_pairs(stages, args)
     print_rows(rows)
+    if pair_rows:
+        print(f"\n{PAIRED_STAGE} and cuBLAS alternated in this run:")
+        print_rows(pair_rows, rows_table=False)
     if args.record:
-        path = results.save(args.suite, rows, results.provenance())
-        print(f"recorded {len(rows)} rows in {path}")
+        prov = results.provenance()
+        print(f"recorded {len(rows)} rows in {results.save(args.suite, rows, prov)}")
+        if pair_rows:
+            print(f"recorded {len(pair_rows)} rows in {results.save('pairs', pair_rows, prov)}")
+    rows = rows + pair_rows
     failed = [f"{r['stage']} {r['dtype']} {r['m']}x{r['n']}x{r['k']}" for r in rows if not r.get("passed")]
     if failed:
         print("FAILED verification: " + ", ".join(failed), file=sys.stderr)
@@ -265,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--stages", default="all", help="comma-separated, e.g. v0,v1,v2 (default: all)")
     bench.add_argument("--record", action="store_true", help="write results/h200/<suite>.json")
     bench.add_argument("--suite", choices=tuple(SUITES), default="progression", help=str(SUITES))
+    bench.add_argument(
+        "--pairs", type=int, default=6, help="progression only: then v5 and cuBLAS alternated this many times (0: not)"
+    )
     _add_problem_args(bench)
     bench.set_defaults(run=cmd_bench)
     table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")

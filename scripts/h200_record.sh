@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The recording runs, eight parts that each fit one device call:
-#   scripts/h200_record.sh bench    progression (4096^3, 8192^3), raster, epilogue, v5_grid and v5_gpc suites, then
-#                                   the GPU tests
+# The recording runs, nine parts that each fit one device call:
+#   scripts/h200_record.sh bench    progression (4096^3, 8192^3; with v5 and cuBLAS alternated six times each),
+#                                   raster, epilogue, v5_grid and v5_gpc suites, then the GPU tests
+#   scripts/h200_record.sh progression  the progression and its pairs alone, then the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
 #                                   the v5_cluster, v5_group_m and call suites
 #   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt)
@@ -25,11 +26,14 @@ gpu_tests() {  # the whole suite on the GPU, its tail kept with the GPU, date an
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
 if [ "$part" = bench ]; then  # the tests last: one of them checks that the kernels are the recorded ones
-  python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -32
+  python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
   python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
   python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
   python3 -m deepgemm bench --suite v5_grid --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   python3 -m deepgemm bench --suite v5_gpc --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
+  gpu_tests
+elif [ "$part" = progression ]; then
+  python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
   gpu_tests
 elif [ "$part" = pairs ]; then
   python3 -m deepgemm bench --suite pairs --shapes 4096,8192 --dtype both --record 2>&1 | tail -8

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import types
 
 import pytest
 
-from deepgemm import bench, results
+from deepgemm import bench, cli, results
+from deepgemm.stages import STAGES
 
 
 class FakeNvml:
@@ -96,3 +98,40 @@ def test_pairs_alternate_and_compare_within_each_pair():
         cublas, v5 = (next(r for r in rows if r["pair"] == pair and r["stage"] == s) for s in ("cublas", "v5_fused"))
         assert cublas["x_cublas"] == 1.0
         assert v5["x_cublas"] == pytest.approx(v5["tflops"] / cublas["tflops"])
+
+
+def _bench_args(**overrides: object) -> argparse.Namespace:
+    args = cli.build_parser().parse_args(["bench", "--shapes", "4096,8192", "--dtype", "both"])
+    for key, value in overrides.items():
+        setattr(args, key, value)
+    return args
+
+
+def test_a_progression_run_ends_with_v5_and_cublas_alternated(monkeypatch):
+    calls = []
+
+    def fake_pairs(stage, m, n, k, dtype, *, pairs, settle_s, log):
+        calls.append((stage, m, dtype, pairs))
+        return _pair_rows([1.0] * pairs)
+
+    monkeypatch.setattr(bench, "bench_pairs", fake_pairs)
+    rows = cli._run_pairs(STAGES, _bench_args())
+    assert calls == [("v5_fused", m, d, 6) for m in (4096, 8192) for d in ("fp16", "bf16")]
+    assert len(rows) == 4 * 6 * 2
+    # Other suites, --pairs 0, or a run without v5 alternate nothing.
+    assert cli._run_pairs(STAGES, _bench_args(suite="v5_grid")) == []
+    assert cli._run_pairs(STAGES, _bench_args(pairs=0)) == []
+    assert cli._run_pairs(("v0_naive", "v4_pipeline_swizzle"), _bench_args()) == []
+    assert len(calls) == 4
+
+
+def test_without_a_gpu_the_progression_shows_the_pairs_of_its_own_run_only(monkeypatch, capsys):
+    prov = {"gpu": "H200", "driver": "580", "cuda": "13.2", "date": "2026-11-30", "commit": "abc", "command": "bench"}
+    progression = {"provenance": prov, "rows": [{**r, "tflops": 1.0} for r in _pair_rows([1.0])]}
+    records = {"progression": progression, "pairs": {"provenance": prov, "rows": _pair_rows([1.01, 0.99, 1.03])}}
+    monkeypatch.setattr(results, "load", lambda name: records[name])
+    cli.show_recorded("progression")
+    assert "alternated in the same run" in capsys.readouterr().out
+    records["pairs"] = {"provenance": {**prov, "date": "2026-11-29"}, "rows": records["pairs"]["rows"]}
+    cli.show_recorded("progression")
+    assert "alternated" not in capsys.readouterr().out
