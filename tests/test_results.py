@@ -145,3 +145,12 @@ def test_recorded_pairs_alternate_and_compare_within_each_pair():
         assert v5["passed"] and cublas["passed"]
         assert v5["x_cublas"] == pytest.approx(v5["tflops"] / cublas["tflops"])
         assert cublas["power_capped_pct"] is not None and v5["power_w"] > 300  # instantaneous power, under load
+
+
+def test_the_progression_run_also_alternated_v5_and_cublas_at_each_of_its_shapes(progression):
+    pairs = results.load("pairs")
+    assert pairs["provenance"] == progression["provenance"], "pairs.json is not from the progression's run"
+    shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in progression["rows"] if r["stage"] == "v5_fused"}
+    summary = {(s["dtype"], s["m"], s["n"], s["k"]): s for s in results.pair_summary(pairs["rows"])}
+    assert shapes == set(summary)
+    assert all(s["pairs"] >= 6 for s in summary.values())
