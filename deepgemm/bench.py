@@ -125,7 +125,8 @@ class Timing:
     power_capped_pct: float | None = None
 
 
-def _run_batch(launches: Sequence[Callable[[], object]], count: int, sampler: PowerSampler) -> float:
+def run_batch(launches: Sequence[Callable[[], object]], count: int, sampler: PowerSampler) -> float:
+    """`count` launches back to back, rotating over `launches`, NVML sampled meanwhile: ms per launch."""
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     start.record()
     for i in range(count):
@@ -148,13 +149,13 @@ def time_launches(
 ) -> Timing:
     """Median time per launch; `launches` holds one ready launch per input set, called in rotation."""
     sampler = sampler or PowerSampler()
-    probe = _run_batch(launches, len(launches), sampler)  # also compiles and loads anything lazy
+    probe = run_batch(launches, len(launches), sampler)  # also compiles and loads anything lazy
     per_batch = max(1, round(batch_ms / max(probe, 1e-3)))
-    _run_batch(launches, max(1, round(warmup_ms / max(probe, 1e-3))), sampler)
+    run_batch(launches, max(1, round(warmup_ms / max(probe, 1e-3))), sampler)
     sampler.reset()
     if probe > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
         batches = min(batches, SLOW_BATCHES)
-    times = tuple(_run_batch(launches, per_batch, sampler) for _ in range(batches))
+    times = tuple(run_batch(launches, per_batch, sampler) for _ in range(batches))
     return Timing(
         ms=float(statistics.median(times)),
         batch_ms=times,
@@ -238,13 +239,22 @@ class Workload:
 
     @classmethod
     def make(
-        cls, m: int, n: int, k: int, dtype_name: str, *, seed: int = 0, bias: bool = False, **epilogue: object
+        cls,
+        m: int,
+        n: int,
+        k: int,
+        dtype_name: str,
+        *,
+        seed: int = 0,
+        bias: bool = False,
+        min_sets: int = 2,
+        **epilogue: object,
     ) -> Workload:
         from deepgemm.check import random_problem, reference
         from deepgemm.dtypes import input_dtype
 
         dtype = input_dtype(dtype_name)
-        sets = input_sets_needed((m * k + n * k + m * n) * 2)
+        sets = max(min_sets, input_sets_needed((m * k + n * k + m * n) * 2))
         problems = [random_problem(m, n, k, dtype, seed=seed + i) for i in range(sets)]
         bias_vec = cupy.random.default_rng(seed).random(n, dtype=cupy.float32) * 2 - 1 if bias else None
         epilogue = {**epilogue, **({"bias": bias_vec} if bias else {})}

@@ -1,5 +1,5 @@
-"""Command line: `python -m deepgemm bench | table | info | profile | run-once | coalescer | diff`, and
-`python -m stages.<stage>`."""
+"""Command line: `python -m deepgemm bench | table | info | profile | run-once | coalescer | gpc | stability |
+diff`, and `python -m stages.<stage>`."""
 
 from __future__ import annotations
 
@@ -296,6 +296,24 @@ def cmd_gpc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stability(args: argparse.Namespace) -> int:
+    """A stage for a while on one stream and then on several, every output compared bit for bit."""
+    from deepgemm import stability
+
+    if not gpu_available():
+        return show_recorded("stability", stability.summary_lines)
+    rows = []
+    for m, n, k in _shapes(args):
+        for dtype in _dtypes(args.dtype):
+            rows += stability.stability_rows(
+                stage_name(args.stage), m, n, k, dtype, seconds=args.seconds, streams=args.streams, log=_log
+            )
+    print("\n".join(stability.summary_lines(rows)))
+    if args.record:
+        print(f"recorded in {results.save('stability', rows, results.provenance())}")
+    return 0 if all(row["passed"] for row in rows) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deepgemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -331,6 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
     where = sub.add_parser("gpc", help="where v5's persistent clusters land, their GPCs and their tile slots")
     where.add_argument("--record", action="store_true", help="write results/h200/gpc_placement.json")
     where.set_defaults(run=cmd_gpc)
+    steady = sub.add_parser(
+        "stability", help="a stage for a while and on several streams, outputs compared bit for bit"
+    )
+    steady.add_argument("--stage", default="v5", help="the stage (default: v5)")
+    steady.add_argument("--seconds", type=float, default=60.0, help="length of the one-stream run")
+    steady.add_argument("--streams", type=int, default=4, help="streams launching at once in the second run")
+    steady.add_argument("--record", action="store_true", help="write results/h200/stability.json")
+    _add_problem_args(steady)
+    steady.set_defaults(run=cmd_stability, dtype="fp16")
     diff = sub.add_parser("diff", help="what a stage changes in the kernel")
     diff.add_argument("stage")
     diff.add_argument("--against", default=None, help="default: the previous stage")

@@ -1,0 +1,166 @@
+"""Stability: a stage run for a minute, and on several streams at once, every output compared bit for bit.
+
+The tensor-core stages sum in a fixed order and use no atomics, so the same inputs give the same bits on
+every launch. A race (a stage refilled before the wgmma read it, a box stored before its `stmatrix` landed,
+a barrier phase confused across tiles) shows as a launch whose bits differ from the others, perhaps once in
+thousands of launches and only under load: the first seed's "wrong once in ten runs". So the first launch
+on each input set is verified against the float64 reference, and from then on every launch writes its own
+poisoned buffer, which is compared with that first output bit for bit: a long run on one stream, with the
+card's clock and power sampled as it heats, then launches of the same kernel interleaved on several streams.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import cupy
+
+from deepgemm import bench
+from deepgemm.check import error_stats, poison, reference
+
+BUFFERS = 16  # launches per batch, each writing its own output; all are compared after the batch
+WINDOW_S = 5.0  # the long run's throughput, clock and power are summed up per window of this length
+
+
+@dataclass
+class InputSet:
+    """One input set's launches (each writing its own output) and the verified output they must match."""
+
+    plans: list[Callable[[], object]]
+    outs: list[cupy.ndarray]
+    golden: cupy.ndarray
+    passed: bool
+
+
+def _same_bits(x: cupy.ndarray, y: cupy.ndarray) -> bool:
+    return bool(cupy.array_equal(x.view(cupy.uint8), y.view(cupy.uint8)))
+
+
+def input_sets(stage: str, work: bench.Workload, buffers: int = BUFFERS) -> list[InputSet]:
+    """Plans for every input set of `work`, and each set's first output verified against float64."""
+    from deepgemm import stages
+
+    launcher = stages.load(stage)
+    sets = []
+    for a, b in work.problems:
+        outs = [cupy.empty((work.m, work.n), dtype=a.dtype) for _ in range(buffers)]
+        plans = [launcher.plan(a, b, out) for out in outs]
+        poison(outs[0])
+        plans[0]()
+        cupy.cuda.Device().synchronize()
+        ref, scale, _ = reference(a, b)
+        stats = error_stats(outs[0], ref, scale, None, k=work.k)
+        sets.append(InputSet(plans, outs, outs[0].copy(), stats.passed))
+    return sets
+
+
+def _mismatches(input_set: InputSet) -> int:
+    return sum(not _same_bits(out, input_set.golden) for out in input_set.outs)
+
+
+def long_run(sets: Sequence[InputSet], seconds: float, flops: int, log: Callable[[str], None]) -> dict:
+    """Batches of launches rotating over the input sets for `seconds`, every output compared."""
+    sampler = bench.PowerSampler()
+    launches = mismatched = 0
+    windows: list[dict] = []
+    window_ms: list[float] = []
+    start = window_start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        for input_set in sets:
+            for out in input_set.outs:
+                poison(out)
+            window_ms.append(bench.run_batch(input_set.plans, len(input_set.plans), sampler))
+            launches += len(input_set.outs)
+            mismatched += _mismatches(input_set)
+        if time.monotonic() - window_start >= WINDOW_S:
+            windows.append(_window(window_start - start, window_ms, flops, sampler))
+            log(f"  {windows[-1]['t_s']:5.1f} s: {windows[-1]['tflops']:.1f} TFLOP/s, "
+                f"{windows[-1]['sm_clock_mhz']} MHz, {launches} launches, {mismatched} mismatched")  # fmt: skip
+            window_ms, window_start = [], time.monotonic()
+            sampler.reset()
+    if window_ms:
+        windows.append(_window(window_start - start, window_ms, flops, sampler))
+    return {"seconds": time.monotonic() - start, "launches": launches, "mismatched": mismatched, "windows": windows}
+
+
+def _window(t_s: float, batch_ms: list[float], flops: int, sampler: bench.PowerSampler) -> dict:
+    ms = statistics.median(batch_ms)
+    return {
+        "t_s": round(t_s, 1),
+        "tflops": flops / (ms * 1e-3) / 1e12,
+        "sm_clock_mhz": sampler.median_clock(),
+        "power_w": sampler.median_power(),
+    }
+
+
+def multi_stream(sets: Sequence[InputSet], streams: int, rounds: int) -> dict:
+    """Each stream takes its own input set's launches; launches are issued round-robin across the streams,
+    so the kernels of different streams may overlap; every output is compared after each round."""
+    queues = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
+    mine = [sets[i % len(sets)] for i in range(streams)]
+    if len({id(s) for s in mine}) < streams:
+        raise ValueError(f"{streams} streams need {streams} input sets, the workload has {len(sets)}")
+    launches = mismatched = 0
+    for _ in range(rounds):
+        for queue, input_set in zip(queues, mine):
+            with queue:
+                for out in input_set.outs:
+                    poison(out)
+        for i in range(BUFFERS):
+            for queue, input_set in zip(queues, mine):
+                with queue:
+                    input_set.plans[i]()
+        cupy.cuda.Device().synchronize()
+        for input_set in mine:
+            launches += len(input_set.outs)
+            mismatched += _mismatches(input_set)
+    return {"streams": streams, "launches": launches, "mismatched": mismatched}
+
+
+def stability_rows(
+    stage: str,
+    m: int,
+    n: int,
+    k: int,
+    dtype_name: str,
+    *,
+    seconds: float,
+    streams: int,
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """A long run and a multi-stream run of one stage at one shape; one row each."""
+    work = bench.Workload.make(m, n, k, dtype_name, min_sets=streams)
+    sets = input_sets(stage, work)
+    base = {**work.base_row(stage), "input_sets": len(sets), "passed": all(s.passed for s in sets)}
+    log(f"{stage} {m}x{n}x{k} {dtype_name}: {len(sets)} input sets verified: {base['passed']}")
+    long = {**base, "run": "long", **long_run(sets, seconds, bench.gemm_flops(m, n, k), log)}
+    log(f"  {streams} streams ...")
+    many = {**base, "run": "streams", **multi_stream(sets, streams, rounds=max(1, int(seconds // 10)))}
+    for row in (long, many):
+        row["passed"] = row["passed"] and row["mismatched"] == 0
+    return [long, many]
+
+
+def _mhz(window: dict) -> str:
+    return f"{window['sm_clock_mhz']:.0f} MHz" if window.get("sm_clock_mhz") else "an unknown clock"
+
+
+def summary_lines(rows: Sequence[dict]) -> list[str]:
+    """What each run did and found, in a sentence each."""
+    lines = []
+    for row in rows:
+        where = f"{row['stage']} {row['dtype']} {row['m']}x{row['n']}x{row['k']}"
+        found = f"{row['launches']} launches, {row['mismatched']} not bit-identical to the verified output"
+        if row["run"] == "long":
+            first, last = row["windows"][0], row["windows"][-1]
+            lines.append(
+                f"{where}, one stream for {row['seconds']:.0f} s: {found}; "
+                f"{first['tflops']:.0f} TFLOP/s at {_mhz(first)} in the first {WINDOW_S:.0f} s, "
+                f"{last['tflops']:.0f} at {_mhz(last)} in the last"
+            )
+        else:
+            lines.append(f"{where}, {row['streams']} streams interleaved: {found}")
+    return lines

@@ -1,0 +1,53 @@
+"""The stability run: its summary, its recorded result, and on a GPU that its comparison catches one bit."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepgemm import results, stability
+
+
+def _rows(mismatched: int = 0) -> list[dict]:
+    base = {"stage": "v5_fused", "dtype": "fp16", "m": 4096, "n": 4096, "k": 4096, "input_sets": 4}
+    windows = [
+        {"t_s": 0.0, "tflops": 700.0, "sm_clock_mhz": 1755.0},
+        {"t_s": 55.0, "tflops": 660.0, "sm_clock_mhz": 1515.0},
+    ]
+    return [
+        {**base, "run": "long", "seconds": 60.2, "launches": 9000, "mismatched": mismatched, "windows": windows},
+        {**base, "run": "streams", "streams": 4, "launches": 384, "mismatched": 0},
+    ]
+
+
+def test_summary_says_what_each_run_did_and_found():
+    long, streams = stability.summary_lines(_rows(mismatched=3))
+    assert "one stream for 60 s: 9000 launches, 3 not bit-identical" in long
+    assert "700 TFLOP/s at 1755 MHz in the first 5 s, 660 at 1515 MHz in the last" in long
+    assert streams.endswith("4 streams interleaved: 384 launches, 0 not bit-identical to the verified output")
+
+
+def test_recorded_stability_run_found_every_launch_identical():
+    rows = results.load("stability")["rows"]
+    runs = {row["run"]: row for row in rows if (row["stage"], row["dtype"], row["m"]) == ("v5_fused", "fp16", 4096)}
+    assert set(runs) == {"long", "streams"}
+    long, streams = runs["long"], runs["streams"]
+    assert long["seconds"] >= 60 and long["launches"] >= 1000 and long["windows"]
+    assert streams["streams"] >= 2 and streams["launches"] >= streams["streams"] * stability.BUFFERS
+    for row in rows:
+        assert row["passed"] and row["mismatched"] == 0, row
+
+
+@pytest.mark.gpu
+def test_stability_run_passes_and_its_comparison_sees_one_flipped_bit():
+    long, streams = stability.stability_rows("v5_fused", 512, 512, 512, "fp16", seconds=1.0, streams=2, log=print)
+    assert long["passed"] and streams["passed"]
+    assert long["launches"] >= stability.BUFFERS and streams["launches"] == 2 * stability.BUFFERS
+
+    import cupy
+
+    from deepgemm import bench
+
+    input_set = stability.input_sets("v5_fused", bench.Workload.make(256, 256, 256, "fp16"), buffers=2)[0]
+    assert input_set.passed and stability._mismatches(input_set) == 0
+    input_set.outs[1].view(cupy.uint16)[7, 9] ^= 1  # the lowest mantissa bit of one element
+    assert stability._mismatches(input_set) == 1
