@@ -5,13 +5,13 @@ every launch. A race (a stage refilled before the wgmma read it, a box stored be
 a barrier phase confused across tiles) shows as a launch whose bits differ from the others, perhaps once in
 thousands of launches and only under load: the first seed's "wrong once in ten runs". So the first launch
 on each input set is verified against the float64 reference, and from then on every launch writes its own
-poisoned buffer, which is compared with that first output bit for bit: a long run on one stream, with the
-card's clock and power sampled as it heats, then launches of the same kernel interleaved on several streams.
+poisoned buffer, which is compared with that first output bit for bit: a long run on one stream, queued
+without gaps so that the card heats and its clock falls as under any sustained load, NVML sampling it; then
+launches of the same kernel interleaved on several streams.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +21,7 @@ import cupy
 from deepgemm import bench
 from deepgemm.check import error_stats, poison, reference
 
-BUFFERS = 16  # launches per batch, each writing its own output; all are compared after the batch
+BUFFERS = 16  # outputs per input set: each launch writes the next one, which is then checked
 WINDOW_S = 5.0  # the long run's throughput, clock and power are summed up per window of this length
 
 
@@ -61,38 +61,86 @@ def _mismatches(input_set: InputSet) -> int:
     return sum(not _same_bits(out, input_set.golden) for out in input_set.outs)
 
 
+# Elements whose bytes differ between two outputs, counted on the GPU: no host round trip per launch.
+_count_differing = cupy.ReductionKernel("T x, T y", "int64 n", "x != y", "a + b", "n = a", "0", "count_differing")
+
+
+def _enqueue_checked(input_set: InputSet, differing_launches: cupy.ndarray) -> None:
+    """Each launch of the set into its freshly poisoned buffer, then a count of its bytes that differ from
+    the verified output; a launch with any adds one to `differing_launches`. All queued, nothing waited on."""
+    golden = input_set.golden.view(cupy.uint8)
+    for plan, out in zip(input_set.plans, input_set.outs):
+        poison(out)
+        plan()
+        differing_launches += _count_differing(out.view(cupy.uint8), golden) != 0
+
+
+@dataclass
+class _Mark:
+    """An event in the stream and how many launches had been queued before it."""
+
+    event: cupy.cuda.Event
+    launches: int
+
+
+def _mark(launches: int) -> _Mark:
+    event = cupy.cuda.Event()
+    event.record()
+    return _Mark(event, launches)
+
+
 def long_run(sets: Sequence[InputSet], seconds: float, flops: int, log: Callable[[str], None]) -> dict:
-    """Batches of launches rotating over the input sets for `seconds`, every output compared."""
+    """Launches rotating over the input sets for `seconds`, each one checked on the GPU as it is queued.
+
+    The host stays a chunk (one pass over the sets) ahead of the GPU, so the card runs without gaps and
+    heats as under any sustained load; NVML is sampled while it waits. Per window of about WINDOW_S seconds:
+    TFLOP/s with the poisoning and checking included (each adds a pass over the output), SM clock, power.
+    """
     sampler = bench.PowerSampler()
-    launches = mismatched = 0
+    differing = cupy.zeros((), dtype=cupy.int64)
     windows: list[dict] = []
-    window_ms: list[float] = []
-    start = window_start = time.monotonic()
+    launches = 0
+    start = time.monotonic()
+    window_mark = _mark(0)
+    window_start = start
+    queued: _Mark | None = None
     while time.monotonic() - start < seconds:
         for input_set in sets:
-            for out in input_set.outs:
-                poison(out)
-            window_ms.append(bench.run_batch(input_set.plans, len(input_set.plans), sampler))
-            launches += len(input_set.outs)
-            mismatched += _mismatches(input_set)
+            _enqueue_checked(input_set, differing)
+        launches += sum(len(input_set.outs) for input_set in sets)
+        done, queued = queued, _mark(launches)
+        if done is None:
+            continue
+        while not done.event.done:  # the previous chunk; the one just queued keeps the GPU busy meanwhile
+            sampler.sample()
+            time.sleep(0.002)
         if time.monotonic() - window_start >= WINDOW_S:
-            windows.append(_window(window_start - start, window_ms, flops, sampler))
-            log(f"  {windows[-1]['t_s']:5.1f} s: {windows[-1]['tflops']:.1f} TFLOP/s, "
-                f"{windows[-1]['sm_clock_mhz']} MHz, {launches} launches, {mismatched} mismatched")  # fmt: skip
-            window_ms, window_start = [], time.monotonic()
+            windows.append(_window(window_start - start, window_mark, done, flops, sampler))
+            log(f"  {windows[-1]['t_s']:5.1f} s: {windows[-1]['checked_tflops']:.1f} TFLOP/s with the checks, "
+                f"{windows[-1]['sm_clock_mhz']} MHz, {windows[-1]['power_w']} W, {done.launches} launches")  # fmt: skip
+            window_mark, window_start = done, time.monotonic()
             sampler.reset()
-    if window_ms:
-        windows.append(_window(window_start - start, window_ms, flops, sampler))
-    return {"seconds": time.monotonic() - start, "launches": launches, "mismatched": mismatched, "windows": windows}
+    if queued is not None:
+        queued.event.synchronize()
+        if queued.launches > window_mark.launches:
+            windows.append(_window(window_start - start, window_mark, queued, flops, sampler))
+    return {
+        "seconds": time.monotonic() - start,
+        "launches": launches,
+        "mismatched": int(differing.get()),
+        "windows": windows,
+    }
 
 
-def _window(t_s: float, batch_ms: list[float], flops: int, sampler: bench.PowerSampler) -> dict:
-    ms = statistics.median(batch_ms)
+def _window(t_s: float, first: _Mark, last: _Mark, flops: int, sampler: bench.PowerSampler) -> dict:
+    ms = cupy.cuda.get_elapsed_time(first.event, last.event)
     return {
         "t_s": round(t_s, 1),
-        "tflops": flops / (ms * 1e-3) / 1e12,
+        "launches": last.launches - first.launches,
+        "checked_tflops": (last.launches - first.launches) * flops / (ms * 1e-3) / 1e12,
         "sm_clock_mhz": sampler.median_clock(),
         "power_w": sampler.median_power(),
+        "power_capped_pct": sampler.capped_pct(),
     }
 
 
@@ -158,8 +206,8 @@ def summary_lines(rows: Sequence[dict]) -> list[str]:
             first, last = row["windows"][0], row["windows"][-1]
             lines.append(
                 f"{where}, one stream for {row['seconds']:.0f} s: {found}; "
-                f"{first['tflops']:.0f} TFLOP/s at {_mhz(first)} in the first {WINDOW_S:.0f} s, "
-                f"{last['tflops']:.0f} at {_mhz(last)} in the last"
+                f"{first['checked_tflops']:.0f} TFLOP/s (checks included) at {_mhz(first)} in the first "
+                f"{WINDOW_S:.0f} s, {last['checked_tflops']:.0f} at {_mhz(last)} in the last"
             )
         else:
             lines.append(f"{where}, {row['streams']} streams interleaved: {found}")

@@ -10,8 +10,8 @@ from deepgemm import results, stability
 def _rows(mismatched: int = 0) -> list[dict]:
     base = {"stage": "v5_fused", "dtype": "fp16", "m": 4096, "n": 4096, "k": 4096, "input_sets": 4}
     windows = [
-        {"t_s": 0.0, "tflops": 700.0, "sm_clock_mhz": 1755.0},
-        {"t_s": 55.0, "tflops": 660.0, "sm_clock_mhz": 1515.0},
+        {"t_s": 0.0, "checked_tflops": 700.0, "sm_clock_mhz": 1755.0},
+        {"t_s": 55.0, "checked_tflops": 660.0, "sm_clock_mhz": 1515.0},
     ]
     return [
         {**base, "run": "long", "seconds": 60.2, "launches": 9000, "mismatched": mismatched, "windows": windows},
@@ -22,7 +22,7 @@ def _rows(mismatched: int = 0) -> list[dict]:
 def test_summary_says_what_each_run_did_and_found():
     long, streams = stability.summary_lines(_rows(mismatched=3))
     assert "one stream for 60 s: 9000 launches, 3 not bit-identical" in long
-    assert "700 TFLOP/s at 1755 MHz in the first 5 s, 660 at 1515 MHz in the last" in long
+    assert "700 TFLOP/s (checks included) at 1755 MHz in the first 5 s, 660 at 1515 MHz in the last" in long
     assert streams.endswith("4 streams interleaved: 384 launches, 0 not bit-identical to the verified output")
 
 
@@ -48,6 +48,10 @@ def test_stability_run_passes_and_its_comparison_sees_one_flipped_bit():
     from deepgemm import bench
 
     input_set = stability.input_sets("v5_fused", bench.Workload.make(256, 256, 256, "fp16"), buffers=2)[0]
+    for plan in input_set.plans:
+        plan()
     assert input_set.passed and stability._mismatches(input_set) == 0
     input_set.outs[1].view(cupy.uint16)[7, 9] ^= 1  # the lowest mantissa bit of one element
     assert stability._mismatches(input_set) == 1
+    golden = input_set.golden.view(cupy.uint8)
+    assert int(stability._count_differing(input_set.outs[1].view(cupy.uint8), golden)) == 1  # the GPU's count
