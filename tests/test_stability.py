@@ -53,6 +53,7 @@ def test_stability_run_passes_and_its_comparison_sees_one_flipped_bit():
     assert input_set.passed and stability._mismatches(input_set) == 0
     input_set.outs[1].view(cupy.uint16)[7, 9] ^= 1  # the lowest mantissa bit of one element
     assert stability._mismatches(input_set) == 1
-    golden = input_set.golden.view(cupy.uint8)
-    per_row = stability._count_differing(input_set.outs[1].view(cupy.uint8), golden, axis=1)  # the GPU's count
-    assert int(per_row.sum()) == 1 and int(per_row[7]) == 1
+    per_row = stability._count_differing(
+        stability._words(input_set.outs[1]), stability._words(input_set.golden), axis=1
+    )
+    assert int(per_row.sum()) == 1 and int(per_row[7]) == 1  # the GPU's count, in 8-byte words
