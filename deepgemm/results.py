@@ -93,13 +93,28 @@ def save(name: str, rows: Iterable[dict[str, Any]], prov: dict[str, Any], direct
     return path
 
 
+RECORDING_COMMANDS = {  # records not written by a bench suite of their name
+    "stability": "python -m deepgemm stability --record",
+    "coalescer": "python -m deepgemm coalescer --record",
+    "gpc_map": "python -m deepgemm coalescer --record",
+    "gpc_placement": "python -m deepgemm gpc --record",
+}
+
+
+def recording_command(name: str) -> str:
+    """The command that writes results/h200/<name>.json."""
+    if name in RECORDING_COMMANDS:
+        return RECORDING_COMMANDS[name]
+    if name.startswith("profile"):
+        return f"python -m deepgemm profile --record --name {name}"
+    return f"python -m deepgemm bench --suite {name} --record"
+
+
 def load(name: str, directory: Path = RESULTS_DIR) -> dict[str, Any]:
     """A recorded run; FileNotFoundError names the file and how to make it."""
     path = directory / f"{name}.json"
     if not path.is_file():
-        raise FileNotFoundError(
-            f"no recorded results at {path}: run `python -m deepgemm bench --suite {name} --record` on a GPU"
-        )
+        raise FileNotFoundError(f"no recorded results at {path}: run `{recording_command(name)}` on a GPU")
     record = json.loads(path.read_text())
     if "provenance" not in record or "rows" not in record:
         raise ValueError(f"{path} is not a recorded run (it needs 'provenance' and 'rows')")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recording runs, nine parts that each fit one device call:
+# The recording runs, ten parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3; with v5 and cuBLAS alternated six times each),
 #                                   raster, epilogue, v5_grid and v5_gpc suites, then the GPU tests
 #   scripts/h200_record.sh progression  the progression and its pairs alone, then the GPU tests
@@ -11,6 +11,7 @@
 #   scripts/h200_record.sh coalescer  the L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
 #   scripts/h200_record.sh gpc      where v5's persistent clusters land (gpc_placement.json), then the GPU tests
 #   scripts/h200_record.sh shapes   v5 and cuBLAS from M = 1 to 8192 at N = K = 4096, FP16 (shapes.json)
+#   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
 # Everything lands in results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -46,6 +47,8 @@ elif [ "$part" = gpc ]; then
   gpu_tests
 elif [ "$part" = shapes ]; then
   python3 -m deepgemm bench --suite shapes --shapes 1x4096x4096,16x4096x4096,64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,768x4096x4096,1024x4096x4096,2048x4096x4096,3072x4096x4096,4096x4096x4096,6144x4096x4096,8192x4096x4096 --dtype fp16 --record 2>&1 | tail -30
+elif [ "$part" = stability ]; then
+  timeout 300 python3 -m deepgemm stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
 elif [ "$part" = tests ]; then
   gpu_tests
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep

@@ -109,9 +109,12 @@ def test_every_recorded_file_has_provenance():
         assert record["rows"], path.name
 
 
-def test_load_names_the_missing_file(tmp_path):
+def test_load_names_the_missing_file_and_the_command_that_writes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="bench --suite nothing --record"):
         results.load("nothing", directory=tmp_path)
+    with pytest.raises(FileNotFoundError, match="deepgemm stability --record"):
+        results.load("stability", directory=tmp_path)
+    assert results.recording_command("profile_cublas") == "python -m deepgemm profile --record --name profile_cublas"
 
 
 def test_save_and_load_round_trip(tmp_path):
