@@ -169,7 +169,7 @@ def multi_stream(sets: Sequence[InputSet], streams: int, rounds: int) -> dict:
             with queue:
                 for out in input_set.outs:
                     poison(out)
-        for i in range(BUFFERS):
+        for i in range(min(len(input_set.plans) for input_set in mine)):
             for queue, input_set in zip(queues, mine):
                 with queue:
                     input_set.plans[i]()
