@@ -45,6 +45,11 @@ def _dtypes(spec: str) -> list[str]:
     return ["fp16", "bf16"] if spec == "both" else [spec]
 
 
+def _problems(args: argparse.Namespace) -> list[tuple[tuple[int, int, int], str]]:
+    """Every (shape, dtype) the arguments name, shapes outermost."""
+    return [(shape, dtype) for shape in _shapes(args) for dtype in _dtypes(args.dtype)]
+
+
 def _add_problem_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--m", type=int, default=DEFAULT_SHAPE)
     parser.add_argument("--n", type=int, default=None, help="default: M")
@@ -108,10 +113,9 @@ PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cu
 
 def _run_bench(stages: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
     rows: list[dict] = []
-    for shape in _shapes(args):
-        for dtype in _dtypes(args.dtype):
-            _log(f"{suite} {'x'.join(map(str, shape))} {dtype}:")
-            rows += _run_suite(suite, stages, shape, dtype, args.settle)
+    for shape, dtype in _problems(args):
+        _log(f"{suite} {'x'.join(map(str, shape))} {dtype}:")
+        rows += _run_suite(suite, stages, shape, dtype, args.settle)
     return rows
 
 
@@ -128,10 +132,9 @@ def _run_pairs(stages: Sequence[str], args: argparse.Namespace) -> list[dict]:
     from deepgemm import bench
 
     rows: list[dict] = []
-    for m, n, k in _shapes(args):
-        for dtype in _dtypes(args.dtype):
-            _log(f"pairs {m}x{n}x{k} {dtype}, v5 and cuBLAS alternated {pairs} times:")
-            rows += bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, pairs=pairs, settle_s=args.settle, log=_log)
+    for (m, n, k), dtype in _problems(args):
+        _log(f"pairs {m}x{n}x{k} {dtype}, v5 and cuBLAS alternated {pairs} times:")
+        rows += bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, pairs=pairs, settle_s=args.settle, log=_log)
     return rows
 
 
@@ -254,12 +257,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return show_recorded(args.name)
     rows = []
     for stage in _profiled(args.stages):
-        for m, n, k in _shapes(args):
-            for dtype in _dtypes(args.dtype):
-                row = profile_stage(stage, m, n, k, dtype)
-                rows.append(row)
-                stalls = ", ".join(f"{r} {v:.2f}" for r, v in top_stalls(row))
-                print(f"{stage} {dtype} {m}x{n}x{k}: tensor pipe {row['tensor_pipe_active_pct']}%, stalls: {stalls}")
+        for (m, n, k), dtype in _problems(args):
+            row = profile_stage(stage, m, n, k, dtype)
+            rows.append(row)
+            stalls = ", ".join(f"{r} {v:.2f}" for r, v in top_stalls(row))
+            print(f"{stage} {dtype} {m}x{n}x{k}: tensor pipe {row['tensor_pipe_active_pct']}%, stalls: {stalls}")
     if args.record:
         print(f"recorded in {results.save(args.name, rows, results.provenance())}")
     return 0
@@ -303,11 +305,10 @@ def cmd_stability(args: argparse.Namespace) -> int:
     if not gpu_available():
         return show_recorded("stability", stability.summary_lines)
     rows = []
-    for m, n, k in _shapes(args):
-        for dtype in _dtypes(args.dtype):
-            rows += stability.stability_rows(
-                stage_name(args.stage), m, n, k, dtype, seconds=args.seconds, streams=args.streams, log=_log
-            )
+    for (m, n, k), dtype in _problems(args):
+        rows += stability.stability_rows(
+            stage_name(args.stage), m, n, k, dtype, seconds=args.seconds, streams=args.streams, log=_log
+        )
     print("\n".join(stability.summary_lines(rows)))
     if args.record:
         print(f"recorded in {results.save('stability', rows, results.provenance())}")
