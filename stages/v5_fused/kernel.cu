@@ -80,8 +80,11 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 }
 #endif
 
+#ifndef PINGPONG
+#define PINGPONG 0     // 1: each consumer warpgroup takes whole tiles, the two alternating (BLOCK_M 64)
+#endif
 #ifndef BLOCK_M
-#define BLOCK_M 128    // 2 consumer warpgroups x the 64 rows of one wgmma m64
+#define BLOCK_M (PINGPONG ? 64 : 128)  // the 64 rows of one wgmma m64, per consumer warpgroup of a tile
 #endif
 #ifndef BLOCK_N
 #define BLOCK_N 256    // the N of wgmma m64n256k16: 128 fp32 accumulators per consumer thread
@@ -109,7 +112,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 // which a CPU test watches for across these knobs). So the head runs in the configuration it was measured
 // in: the plain epilogue, clusters of two, four stages.
 #ifndef HEAD_KTILES
-#if HAS_BIAS || ACTIVATION || OUT_DTYPE == 2 || CLUSTER_M != 2 || NUM_STAGES != 4
+#if PINGPONG || HAS_BIAS || ACTIVATION || OUT_DTYPE == 2 || CLUSTER_M != 2 || NUM_STAGES != 4
 #define HEAD_KTILES 0
 #else
 #define HEAD_KTILES 1  // k-tiles in the head; with 2, ptxas serialises the wgmma even here
@@ -119,6 +122,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
 constexpr int NUM_CONSUMERS = 2;  // consumer warpgroups; each releases a stage once per warp
 constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
+constexpr int TILE_CONSUMERS = PINGPONG ? 1 : NUM_CONSUMERS;  // consumer warpgroups sharing one tile
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
@@ -138,7 +142,7 @@ constexpr int EPI_BUFFERS = 2;                                      // per warp:
 constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
-static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
+static_assert(BLOCK_M == TILE_CONSUMERS * WG_ROWS, "a tile is 64 rows per consumer warpgroup that shares it");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
@@ -246,6 +250,16 @@ __device__ __forceinline__ unsigned cluster_ctarank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Named barrier id (1 to 15; 0 is __syncthreads) over `threads` threads, whole warps: bar.sync waits until
+// that many have arrived, its own warp included; bar.arrive adds this warp and goes on without waiting.
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threads) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
 // A box of shared memory at src -> the tensor map at element coordinates (col, row). The parts of the box
@@ -437,6 +451,16 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[CLUST
 #endif
 }
 
+// Moves a consumer's pipeline position on by `count` k-tiles: in ping-pong, past the other consumer's tile.
+__device__ __forceinline__ void skip_stages(int& stage, unsigned& phase, int count) {
+    stage += count;
+    phase ^= (stage / NUM_STAGES) & 1;  // one phase flip per pass over the ring
+    stage %= NUM_STAGES;
+}
+
+// Named barriers MMA_TURN_BARRIER + c: "consumer c may issue its main loop" (ping-pong only).
+constexpr unsigned MMA_TURN_BARRIER = 1;
+
 // Hands back the head's stages (count of them, from first), once its wgmma have read them.
 __device__ __forceinline__ void release_stages(const unsigned (&empty_bar0)[CLUSTER_M], int first, int count) {
     for (int i = 0; i < count; ++i) release_stage(empty_bar0, (first + i) % NUM_STAGES);
@@ -535,7 +559,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int s = 0; s < NUM_STAGES; ++s) {
             // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
             mbarrier_init(smem_addr(&full_bar[s]), 1);
-            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * CLUSTER_M);
+            mbarrier_init(smem_addr(&empty_bar[s]), TILE_CONSUMERS * 4 * CLUSTER_M);
         }
         fence_mbarrier_init();
     }
@@ -605,8 +629,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // moves the start address, the descriptor's low 14 bits in 16-byte units, so the loop adds to
         // these instead of rebuilding them: half the main loop's instructions, and on this power-capped
         // card instructions cost clock.
+        const int wg_row0 = PINGPONG ? 0 : consumer * WG_ROWS;  // this warpgroup's first row of the tile
         const unsigned long long desc_a0 =
-            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
+            make_smem_desc(smem_base + wg_row0 * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned long long desc_b0 = make_smem_desc(smem_base + A_TILE_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned full_bar0 = smem_addr(&full_bar[0]);
         unsigned empty_bar0[CLUSTER_M];
@@ -614,10 +639,26 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int r = 0; r < CLUSTER_M; ++r)
             empty_bar0[r] = CLUSTER_M > 1 ? mapa_shared(smem_addr(&empty_bar[0]), r) : smem_addr(&empty_bar[0]);
 
+#if PINGPONG
+        // ---- ping-pong: the consumers take the CTA's tiles alternately ------------------------------
+        // Round r's tile goes to consumer r % 2. The producer fills the ring in tile order, so consumer 1
+        // starts one tile's k-tiles in, and each consumer skips the other's k-tiles after its own tile.
+        // The two take turns at the tensor cores: a consumer issues its main loop only once the other
+        // has issued all of its own (a named barrier), so one tile's epilogue runs while the other
+        // consumer's main loop keeps the tensor cores busy, instead of both waiting at the same time.
+        if (consumer == 1) skip_stages(stage, phase, k_tiles);
+        for (int tile_idx = first_tile + consumer * num_clusters; tile_idx < num_tiles;
+             tile_idx += NUM_CONSUMERS * num_clusters) {
+#else
         for (int tile_idx = first_tile; tile_idx < num_tiles; tile_idx += num_clusters) {
+#endif
             int cluster_m, tile_n;
             grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
             const int tile_m = cluster_m * CLUSTER_M + rank;
+#if PINGPONG
+            // Every tile after round 0 follows the other consumer's, which signals once it has issued.
+            if (tile_idx >= num_clusters) named_barrier_sync(MMA_TURN_BARRIER + consumer, NUM_CONSUMERS * 128);
+#endif
 
             // ---- main loop over K -------------------------------------------------------------------
             // With a head issued (below), k-tiles 0 .. head_ktiles - 1 of this tile are done already.
@@ -648,6 +689,11 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
+#if PINGPONG
+            // All of this tile's wgmma are issued: the next tile, the other consumer's, may start its own.
+            if (tile_idx + num_clusters < num_tiles)
+                named_barrier_arrive(MMA_TURN_BARRIER + (1 - consumer), NUM_CONSUMERS * 128);
+#endif
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
             if (lane == 0) {
                 if (head_issued) release_stages(empty_bar0, head_stage, head_ktiles);
@@ -660,7 +706,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
             // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
             // one lane stores the box with TMA and the warp moves on without waiting for it.
-            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+            const int warp_row0 = tile_m * BLOCK_M + wg_row0 + warp * EPI_ROWS;
             auto epilogue_chunk = [&](const int chunk) {
                 const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
                 // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
@@ -760,6 +806,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 wgmma_commit_group();
                 head_issued = true;
             }
+#if PINGPONG
+            skip_stages(stage, phase, k_tiles);  // the other consumer's tile
+#endif
         }
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();
