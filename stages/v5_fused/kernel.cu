@@ -1,36 +1,21 @@
-// v5_fused: persistent tiles, clusters and a fused epilogue. Over v4 (one CTA per tile, plain C = A*B), this
-// stage
-//   - launches one CTA per SM; each CTA walks its tiles in grouped order. Producer and consumers walk the
-//     same sequence and their stage/phase counters run on across tiles, so the producer is already
-//     filling the next tile's stages while the consumers run this tile's epilogue, and barrier init and
-//     pipeline fill are paid once per SM instead of once per tile;
-//   - pairs CTAs into clusters of two on neighbouring tile rows: they need the same B tile, so each loads
-//     half of it and TMA multicasts that half into both CTAs' shared memory. B is read from L2 once per
-//     pair instead of twice (32 KB of L2 reads per k-tile per CTA instead of 48): less traffic, less
-//     power, and on this power-capped card that becomes SM clock;
-//   - keeps one wgmma batch in flight: a consumer issues k-tile i's batch, then waits only for batch i-1
-//     (wait_group<1>) and releases that stage, so the tensor cores always have the next batch queued;
-//   - fuses the epilogue in registers: out = act(alpha * acc + bias[col]) with an optional bias, ReLU,
-//     GELU (tanh or erf), SiLU, and an fp16, bf16 or fp32 output, written to C once;
-//   - stores C asynchronously with TMA: each consumer warp writes its 16 rows, 128 bytes of columns at a
-//     time, into a 128B-swizzled box in shared memory (stmatrix for 16-bit outputs) and one lane hands
-//     the box to a bulk tensor store. The consumers go straight on to the next tile's wgmma while the
-//     TMA unit drains the boxes to global memory; C's bounds clip the boxes, so tails cost nothing extra.
-//   - starts the next tile under the epilogue: once the left half of the tile (columns 0-127) is stored,
-//     its 64 accumulators take the next tile's first k-tile for those columns (two m64n128k16 halves
-//     instead of one m64n256k16), so the tensor cores work while the right half is converted and stored;
-//   - lets clusters in one GPC take neighbouring tiles: each cluster takes a fixed slot of every round
-//     of tiles, and the launcher, which learns where the clusters land, gives GPC-mates a run along one
-//     row of tiles. Their identical reads of that row's A then reach their GPC's L2 request coalescer
-//     together and are merged: fewer L2 reads, less power. The slots are a permutation, so every tile
-//     is still computed once wherever the clusters actually run;
-//   - issues less besides the tensor cores' work: a waiting thread sleeps on its barrier (try_wait with a
-//     suspend hint) instead of spinning, and the main loop adds offsets to wgmma descriptors built once
-//     instead of rebuilding them every k-tile. The card runs at its power limit, so fewer instructions
-//     issued per GEMM is a higher SM clock for the same work.
-// What still limits it: the left half of the epilogue runs while the tensor cores wait (all of it in the
-// fused epilogues, which have no registers to spare for the head; with GELU, one MUFU.TANH per element adds
-// about 3%), and when the tile count is not a multiple of the SM count the last round leaves SMs idle.
+// v5_fused: the last stage. Over v4 (one CTA per 128x256 tile, C = A*B stored from registers) it adds
+// four techniques, each a block of the kernel marked [1] to [4]:
+//   [1] persistent tiles: one CTA per SM walks its tiles in grouped order. Producer and consumers keep
+//       their stage/phase counters across tiles, so the producer fills the next tile's stages during
+//       this tile's epilogue, and barrier setup and pipeline fill are paid once per SM, not per tile.
+//   [2] clusters of two CTAs on neighbouring tile rows (CLUSTER_M 2; 1 turns it off): both need the same
+//       B tile, so each loads half of it and TMA multicasts that half into both: 32 KB of L2 reads per
+//       k-tile per CTA instead of 48. Less traffic is less power, and this card is power-capped.
+//   [3] one wgmma batch in flight: a consumer issues k-tile i, then waits only for k-tile i-1
+//       (wait_group<1>) and releases its stage, so the tensor cores always have the next batch queued.
+//   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32 with one rounding to fp16, bf16 or
+//       fp32, staged through 128B-swizzled shared memory (stmatrix) and written by TMA bulk stores that
+//       drain while the consumers go on; C's bounds clip the boxes, so tails cost nothing extra.
+// Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
+// issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
+// What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
+// already fills the next tile's stages, but no wgmma is issued until the epilogue ends), and the power
+// cap: under sustained load the SM clock falls to about 1500 MHz.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
 
 #include <cuda_fp16.h>
@@ -80,14 +65,11 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 }
 #endif
 
-#ifndef PINGPONG
-#define PINGPONG 0     // 1: each consumer warpgroup takes whole tiles, the two alternating (BLOCK_M 64)
-#endif
 #ifndef BLOCK_M
-#define BLOCK_M (PINGPONG ? 64 : 128)  // the 64 rows of one wgmma m64, per consumer warpgroup of a tile
+#define BLOCK_M 128    // 2 consumer warpgroups x the 64 rows of one wgmma m64
 #endif
 #ifndef BLOCK_N
-#define BLOCK_N 256    // the N of wgmma m64n256k16: 128 fp32 accumulators per consumer thread
+#define BLOCK_N 256    // the N of wgmma m64n256k16: 128 fp32 accumulators per consumer thread (or 128)
 #endif
 #ifndef BLOCK_K
 #define BLOCK_K 64     // 64 fp16 = 128 bytes: exactly one 128B-swizzle row; 4 wgmma k16 steps
@@ -104,25 +86,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_M
 #define CLUSTER_M 2    // CTAs per cluster, on neighbouring tile rows: they share B, each loading 1/CLUSTER_M
 #endif
-// The head: the next tile's first k-tile, issued for columns 0-127 between the two halves of the epilogue
-// (below). While it runs, the other 64 accumulators are still being stored, so the epilogue's live values
-// and all 128 accumulators share the registers ptxas gives a consumer thread, and whether ptxas then keeps
-// the wgmma pipelined is fragile: with a bias, an activation or an fp32 output, with clusters of one, or
-// with 2 or 3 stages, NVRTC's ptxas serialises every wgmma of the kernel in some builds (its warning C7511,
-// which a CPU test watches for across these knobs). So the head runs in the configuration it was measured
-// in: the plain epilogue, clusters of two, four stages.
-#ifndef HEAD_KTILES
-#if PINGPONG || HAS_BIAS || ACTIVATION || OUT_DTYPE == 2 || CLUSTER_M != 2 || NUM_STAGES != 4
-#define HEAD_KTILES 0
-#else
-#define HEAD_KTILES 1  // k-tiles in the head; with 2, ptxas serialises the wgmma even here
-#endif
-#endif
-
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
 constexpr int NUM_CONSUMERS = 2;  // consumer warpgroups; each releases a stage once per warp
 constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
-constexpr int TILE_CONSUMERS = PINGPONG ? 1 : NUM_CONSUMERS;  // consumer warpgroups sharing one tile
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
@@ -142,18 +108,26 @@ constexpr int EPI_BUFFERS = 2;                                      // per warp:
 constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
-static_assert(BLOCK_M == TILE_CONSUMERS * WG_ROWS, "a tile is 64 rows per consumer warpgroup that shares it");
+static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
-static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
+static_assert(BLOCK_N == 128 || BLOCK_N == 256, "the consumers issue wgmma m64n128k16 or m64n256k16");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
               "every tile starts on a 1024-byte boundary, where the 8-row swizzle pattern restarts");
 static_assert((227 * 1024) / 16 < (1 << 14),
               "any shared-memory address fits the descriptor's 14-bit start field, so offsets added to it never carry");
-static_assert(NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 + 2 * NUM_STAGES * 8 <= 227 * 1024,
+// Dynamic shared memory: the stages, then the store boxes, from a 1024-byte boundary (where the swizzle
+// pattern starts; the allocation itself is only 16-byte aligned, hence the slack).
+constexpr int ALIGN_SLACK_BYTES = 1024;
+constexpr int DYNAMIC_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + EPI_BYTES + ALIGN_SLACK_BYTES;
+static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
               "a CTA may use 227 KB of shared memory: stages, store boxes, alignment slack, barriers");
+
+// The launch facts the launcher reads back from the compiled module, so they are written only here.
+extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
+extern "C" __device__ const int LAUNCH_SMEM_BYTES = DYNAMIC_SMEM_BYTES;
 
 // The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
 // parameter so that TMA can read it from the kernel's parameter space.
@@ -250,16 +224,6 @@ __device__ __forceinline__ unsigned cluster_ctarank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// Named barrier id (1 to 15; 0 is __syncthreads) over `threads` threads, whole warps: bar.sync waits until
-// that many have arrived, its own warp included; bar.arrive adds this warp and goes on without waiting.
-__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threads) {
-    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
 // A box of shared memory at src -> the tensor map at element coordinates (col, row). The parts of the box
@@ -429,16 +393,7 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
     }
 }
 
-// Which slot of every round each cluster takes: round r's slot p is tile index r * num_clusters + p. A
-// permutation of 0 .. num_clusters - 1 (the launcher checks it), so the rounds cover every tile once; the
-// identity is the plain grouped order. The launcher orders the slots so that clusters in one GPC take
-// neighbouring tiles (deepgemm/gpc.py). 512 bytes of kernel parameters, read once per thread.
-constexpr int MAX_CLUSTERS = 256;
-struct ClusterSlots {
-    unsigned short slot[MAX_CLUSTERS];
-};
-
-// Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
+// [2] Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
 // every CTA of the cluster, because each CTA's producer writes its part of B into all of them.
 // empty_bar0[rank] is the address of empty_bar[0] in CTA rank (mapa_shared, once); the barriers are
 // 8 bytes apart there as here.
@@ -450,25 +405,6 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[CLUST
     mbarrier_arrive(empty_bar0[0] + stage * 8);
 #endif
 }
-
-// Moves a consumer's pipeline position on by `count` k-tiles: in ping-pong, past the other consumer's tile.
-__device__ __forceinline__ void skip_stages(int& stage, unsigned& phase, int count) {
-    stage += count;
-    phase ^= (stage / NUM_STAGES) & 1;  // one phase flip per pass over the ring
-    stage %= NUM_STAGES;
-}
-
-// Named barriers MMA_TURN_BARRIER + c: "consumer c may issue its main loop" (ping-pong only).
-constexpr unsigned MMA_TURN_BARRIER = 1;
-
-// Hands back the head's stages (count of them, from first), once its wgmma have read them.
-__device__ __forceinline__ void release_stages(const unsigned (&empty_bar0)[CLUSTER_M], int first, int count) {
-    for (int i = 0; i < count; ++i) release_stage(empty_bar0, (first + i) % NUM_STAGES);
-}
-
-// Row 128 of a B tile, in wgmma descriptor units (16 bytes): where the head's right half starts. 128 rows
-// of 128 bytes are 16 KB, a multiple of the swizzle pattern's 1024 bytes, so only the start address moves.
-constexpr unsigned long long B_HALF_DESC = (BLOCK_N / 2) * SWIZZLE_ROW_BYTES / 16;
 
 // ---------------------------------------------------------------------------------------------------
 // The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
@@ -521,14 +457,14 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 
 // ---------------------------------------------------------------------------------------------------
 // The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
-// there are cluster tiles or as fit on the GPU at once (the launcher asks the driver). Dynamic shared memory: NUM_STAGES * STAGE_BYTES + EPI_BYTES + 1024 (slack to align
-// to 1024). tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
-// slots gives each cluster its slot in every round of tiles. bias may be nullptr when HAS_BIAS is 0.
+// there are cluster tiles or as fit on the GPU at once (the launcher asks the driver), each with
+// LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
+// bias may be nullptr when HAS_BIAS is 0.
 // ---------------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
-            const __grid_constant__ TmaDesc tma_c, const __grid_constant__ ClusterSlots slots,
+            const __grid_constant__ TmaDesc tma_c,
             const float* bias, float alpha, int M, int N, int K)
 {
     // ---- prologue -----------------------------------------------------------------------------------
@@ -538,13 +474,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 
     const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
     const int tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
-    // Cluster tiles: CLUSTER_M tiles stacked along M. When tiles_m is odd, the second CTA of the last
+    // [2] Cluster tiles: CLUSTER_M tiles stacked along M. When tiles_m is odd, the second CTA of the last
     // cluster row has no rows of C: TMA gives it zeros for A and clips its stores, and it still loads its
     // half of B for its partner.
     const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
     const int num_tiles = cluster_rows * tiles_n;
+    // [1] Persistent tiles: cluster c takes cluster tiles c, c + num_clusters, c + 2 num_clusters ...
     const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
-    const int first_tile = slots.slot[cluster_id];  // this cluster's slot: its tile in the first round
     const int rank = CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_M
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
     const int warpgroup = threadIdx.x / 128;
@@ -559,7 +495,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int s = 0; s < NUM_STAGES; ++s) {
             // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
             mbarrier_init(smem_addr(&full_bar[s]), 1);
-            mbarrier_init(smem_addr(&empty_bar[s]), TILE_CONSUMERS * 4 * CLUSTER_M);
+            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * CLUSTER_M);
         }
         fence_mbarrier_init();
     }
@@ -570,7 +506,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     __syncthreads();
 #endif
 
-    // Both roles walk the same tiles and the same k-tiles, so their stage/phase counters stay in step
+    // [1] Both roles walk the same tiles and the same k-tiles, so their stage/phase counters stay in step
     // across tiles without ever being reset.
     int stage = 0;
     unsigned phase = 0;
@@ -579,7 +515,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            for (int tile_idx = first_tile; tile_idx < num_tiles; tile_idx += num_clusters) {
+            for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
                 int cluster_m, tile_n;
                 grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
                 const int tile_m = cluster_m * CLUSTER_M + rank;
@@ -592,7 +528,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     const unsigned bar = smem_addr(&full_bar[stage]);
                     const unsigned a_dst = smem_base + stage * STAGE_BYTES;
                     const unsigned b_dst = a_dst + A_TILE_BYTES;
-                    // This CTA's A tile (BLOCK_M x 128 bytes) and its 1/CLUSTER_M of the B tile, sent to
+                    // [2] This CTA's A tile (BLOCK_M x 128 bytes) and its 1/CLUSTER_M of the B tile, sent to
                     // every CTA of the cluster; the others send the rest of B. The full barrier waits for
                     // all of it (48 KB in fp16), zero-filled past M, N or K and counted in full either way.
                     mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
@@ -619,9 +555,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         int epi_chunk = 0;
         float acc[BLOCK_N / 2];
-        const int head_ktiles = min(HEAD_KTILES, k_tiles);
-        int head_stage = 0;        // the first of the head's stages
-        bool head_issued = false;  // this tile's first head_ktiles k-tiles were issued in the last epilogue
 
         // The main loop's operands, built once. Stage 0's descriptors: this consumer's 64 rows of A are
         // 64 x 128 bytes (8 swizzle patterns) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
@@ -629,9 +562,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // moves the start address, the descriptor's low 14 bits in 16-byte units, so the loop adds to
         // these instead of rebuilding them: half the main loop's instructions, and on this power-capped
         // card instructions cost clock.
-        const int wg_row0 = PINGPONG ? 0 : consumer * WG_ROWS;  // this warpgroup's first row of the tile
         const unsigned long long desc_a0 =
-            make_smem_desc(smem_base + wg_row0 * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
+            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned long long desc_b0 = make_smem_desc(smem_base + A_TILE_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned full_bar0 = smem_addr(&full_bar[0]);
         unsigned empty_bar0[CLUSTER_M];
@@ -639,31 +571,14 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int r = 0; r < CLUSTER_M; ++r)
             empty_bar0[r] = CLUSTER_M > 1 ? mapa_shared(smem_addr(&empty_bar[0]), r) : smem_addr(&empty_bar[0]);
 
-#if PINGPONG
-        // ---- ping-pong: the consumers take the CTA's tiles alternately ------------------------------
-        // Round r's tile goes to consumer r % 2. The producer fills the ring in tile order, so consumer 1
-        // starts one tile's k-tiles in, and each consumer skips the other's k-tiles after its own tile.
-        // The two take turns at the tensor cores: a consumer issues its main loop only once the other
-        // has issued all of its own (a named barrier), so one tile's epilogue runs while the other
-        // consumer's main loop keeps the tensor cores busy, instead of both waiting at the same time.
-        if (consumer == 1) skip_stages(stage, phase, k_tiles);
-        for (int tile_idx = first_tile + consumer * num_clusters; tile_idx < num_tiles;
-             tile_idx += NUM_CONSUMERS * num_clusters) {
-#else
-        for (int tile_idx = first_tile; tile_idx < num_tiles; tile_idx += num_clusters) {
-#endif
+        for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
             int cluster_m, tile_n;
             grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
             const int tile_m = cluster_m * CLUSTER_M + rank;
-#if PINGPONG
-            // Every tile after round 0 follows the other consumer's, which signals once it has issued.
-            if (tile_idx >= num_clusters) named_barrier_sync(MMA_TURN_BARRIER + consumer, NUM_CONSUMERS * 128);
-#endif
 
             // ---- main loop over K -------------------------------------------------------------------
-            // With a head issued (below), k-tiles 0 .. head_ktiles - 1 of this tile are done already.
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
-            for (int k_tile = head_issued ? head_ktiles : 0; k_tile < k_tiles; ++k_tile) {
+            for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
                 mbarrier_wait_parity(full_bar0 + stage * 8, phase);
 
                 const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
@@ -677,37 +592,26 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     wgmma_m64nNk16<BLOCK_N>(acc, desc_a0 + step, desc_b0 + step, (k_tile | kk) != 0);
                 }
                 wgmma_commit_group();
-                // This batch stays in flight; the one before it (k-tile - 1, or the head) has now finished
-                // reading its stage, which this warp releases.
+                // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
+                // its stage, which this warp releases.
                 wgmma_wait_group<1>();
-                if (lane == 0) {
-                    if (head_issued) release_stages(empty_bar0, head_stage, head_ktiles);
-                    else if (k_tile > 0) release_stage(empty_bar0, prev_stage);
-                }
-                head_issued = false;
+                if (lane == 0 && k_tile > 0) release_stage(empty_bar0, prev_stage);
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
-#if PINGPONG
-            // All of this tile's wgmma are issued: the next tile, the other consumer's, may start its own.
-            if (tile_idx + num_clusters < num_tiles)
-                named_barrier_arrive(MMA_TURN_BARRIER + (1 - consumer), NUM_CONSUMERS * 128);
-#endif
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
-            if (lane == 0) {
-                if (head_issued) release_stages(empty_bar0, head_stage, head_ktiles);
-                else release_stage(empty_bar0, prev_stage);
-            }
-            head_issued = false;
+            if (lane == 0) release_stage(empty_bar0, prev_stage);
             acc_register_fence(acc);
 
-            // ---- epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -----------
+            // ---- [4] epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -------
             // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
             // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
             // one lane stores the box with TMA and the warp moves on without waiting for it.
-            const int warp_row0 = tile_m * BLOCK_M + wg_row0 + warp * EPI_ROWS;
-            auto epilogue_chunk = [&](const int chunk) {
+            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+            constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
+#pragma unroll
+            for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
                 const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
                 // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
                 // newer one may still be reading.
@@ -760,61 +664,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
                     bulk_commit_group();
                 }
-            };
-            constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
-#pragma unroll
-            for (int chunk = 0; chunk < CHUNKS / 2; ++chunk, ++epi_chunk) epilogue_chunk(chunk);
-            // ---- the head ---------------------------------------------------------------------------------
-            // Columns 0-127 are stored, so their 64 accumulators can start the next tile: its first k-tile
-            // for those columns, 4 x 64 tensor-core cycles per consumer, runs while the right half is
-            // converted and stored (a development trace put the whole epilogue at about 2,400 cycles a tile,
-            // the tensor cores idle). The right half's share of that k-tile follows. ptxas waits for both
-            // before the next tile's main loop (its note C7517: a wgmma group may not cross this loop's
-            // back edge), so the head is one k-tile; the main loop then starts at k-tile 1. The head keeps
-            // its loop over head_ktiles (one) and releases its stages on its own: written as a single
-            // unrolled k-tile, or released through prev_stage, ptxas serialised every wgmma (C7511).
-            const bool has_next = HEAD_KTILES > 0 && tile_idx + num_clusters < num_tiles;
-            if (has_next) {
-                head_stage = stage;
-                wgmma_fence();
-                for (int h = 0; h < head_ktiles; ++h) {
-                    mbarrier_wait_parity(full_bar0 + stage * 8, phase);
-                    const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
-#pragma unroll
-                    for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
-                        const unsigned long long step = stage_desc + kk * (32 / 16);
-                        wgmma_m64nNk16<BLOCK_N / 2>(acc, desc_a0 + step, desc_b0 + step, (h | kk) != 0);
-                    }
-                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
-                }
-                wgmma_commit_group();
             }
-#pragma unroll
-            for (int chunk = CHUNKS / 2; chunk < CHUNKS; ++chunk, ++epi_chunk) epilogue_chunk(chunk);
-            if (has_next) {
-                wgmma_fence();
-                int s2 = head_stage;
-                for (int h = 0; h < head_ktiles; ++h) {
-                    const unsigned long long stage_desc = (unsigned long long)(s2 * (STAGE_BYTES / 16));
-#pragma unroll
-                    for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
-                        const unsigned long long step = stage_desc + kk * (32 / 16);
-                        wgmma_m64nNk16<BLOCK_N / 2>(acc + BLOCK_N / 4, desc_a0 + step, desc_b0 + step + B_HALF_DESC, (h | kk) != 0);
-                    }
-                    if (++s2 == NUM_STAGES) s2 = 0;
-                }
-                wgmma_commit_group();
-                head_issued = true;
-            }
-#if PINGPONG
-            skip_stages(stage, phase, k_tiles);  // the other consumer's tile
-#endif
         }
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();
     }
 #if CLUSTER_M > 1
-    // The other CTA may still arrive on this CTA's barriers: neither leaves before both are done.
+    // [2] The other CTA may still arrive on this CTA's barriers: neither leaves before both are done.
     __syncwarp();
     cluster_sync();
 #endif
