@@ -17,6 +17,8 @@ from typing import Any
 
 import cupy
 
+from deepgemm.model import ceil_div
+
 PEAK_TFLOPS = 989.4  # dense FP16/BF16 tensor peak of the H100/H200 SXM datasheet
 PEAK_CLOCK_MHZ = 1830.0  # the clock that peak assumes: 132 SMs x 4096 FLOP per clock
 L2_BYTES = 60 * 2**20
@@ -39,7 +41,7 @@ def peak_at_clock(sm_clock_mhz: float | None) -> float | None:
 
 def input_sets_needed(bytes_per_set: int, l2_bytes: int = L2_BYTES, at_most: int = 8) -> int:
     """Enough input sets that rotating through them touches three times the L2 (at least two)."""
-    return max(2, min(at_most, -(-3 * l2_bytes // max(bytes_per_set, 1))))
+    return max(2, min(at_most, ceil_div(3 * l2_bytes, max(bytes_per_set, 1))))
 
 
 class PowerSampler:

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from deepgemm.model import ceil_div
+
 SOURCE = Path(__file__).with_name("gpc.cu")
 HOLD_SMEM_BYTES = 200 * 1024  # more than half an SM's shared memory: at most one CTA per SM
 PORTABLE_CLUSTER = 8  # larger clusters need the non-portable attribute (Hopper allows 16)
@@ -218,7 +220,7 @@ PLACEMENT_BAND_ROWS = 8  # v5's default band: GROUP_M 16 tile rows = 8 cluster r
 def round_groups(cluster_group: Sequence[int], slots: Sequence[int], band_rows: int) -> list[list[int]]:
     """The group of the cluster that computes each tile of one round: rows of tiles, in the grouped order's
     layout (slot p at row p % band_rows, column p // band_rows)."""
-    columns = -(-len(slots) // band_rows)
+    columns = ceil_div(len(slots), band_rows)
     grid = [[-1] * columns for _ in range(band_rows)]
     for cluster, slot in enumerate(slots):
         grid[slot % band_rows][slot // band_rows] = cluster_group[cluster]

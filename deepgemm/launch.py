@@ -16,6 +16,7 @@ import numpy as np
 from deepgemm.config import GemmConfig, require_at_most, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
+from deepgemm.model import balanced_workers, ceil_div, cluster_rows, output_tiles
 from deepgemm.operands import Problem, k_major_operands, leading_dim
 from deepgemm.tma import encode_tile_map, operand_maps, tma_store_target
 
@@ -77,19 +78,6 @@ def require_smem(dynamic_bytes: int, static_bytes: int = 0) -> None:
     require_at_most("shared memory (dynamic + static)", dynamic_bytes + static_bytes, limit, "shared memory per block")
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def cluster_rows(m: int, block_m: int, cluster_m: int) -> int:
-    """Rows of cluster tiles: clusters of `cluster_m` CTAs stack their tiles along M."""
-    return ceil_div(ceil_div(m, block_m), cluster_m)
-
-
-def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
-    return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
-
-
 _ACTIVE_CLUSTERS: dict[tuple[int, int, int, int], int] = {}  # (CUfunction, threads, smem, cluster) -> count
 
 
@@ -118,14 +106,6 @@ def _query_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: i
     return clusters
 
 
-def balanced_workers(tiles: int, slots: int) -> int:
-    """The fewest persistent workers (CTAs or clusters) that finish `tiles` in as few rounds as `slots`
-    workers would. 512 tiles on 132 SMs take 4 rounds either way, the last one a sixth empty; 128 CTAs
-    take the same 4 rounds with every round full, and the 4 idle SMs leave power to the others."""
-    rounds = ceil_div(tiles, slots)
-    return ceil_div(tiles, rounds)
-
-
 def persistent_grid(
     problem: Problem,
     block_m: int,
@@ -140,7 +120,8 @@ def persistent_grid(
     as many whole clusters as have a cluster tile and fit on the GPU at once. With `balance_rounds`, only
     as many as the tiles need to finish in that many rounds (`balanced_workers`)."""
     if cluster_m == 1:
-        tiles, slots = output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"]
+        tiles = output_tiles(problem.m, problem.n, block_m, block_n)
+        slots = device_limits(problem.out.device.id)["sm_count"]
     else:
         tiles = cluster_rows(problem.m, block_m, cluster_m) * ceil_div(problem.n, block_n)
         slots = max_active_clusters(kernel, threads, dynamic_smem, cluster_m)
@@ -196,7 +177,7 @@ def tma_gemm_launch(
     if persistent:
         grid = persistent_grid(problem, block_m, block_n, kernel, threads, dynamic_smem, cluster_m, balance_rounds)
     else:
-        grid = output_tiles(problem, block_m, block_n)
+        grid = output_tiles(problem.m, problem.n, block_m, block_n)
     if cluster_slots is not None:
         args = (*args[:3], cluster_slots(grid // cluster_m), *args[3:])
     return KernelLaunch(

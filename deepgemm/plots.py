@@ -21,6 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deepgemm import results
+from deepgemm.model import (  # noqa: F401  (the notebooks' names until the split)
+    HBM_TBS,
+    arithmetic_intensity,
+    grouped_tile,
+    operand_traffic_bytes,
+    ridge_intensity,
+    roof_tflops,
+    tile_rounds,
+    wave_operand_bytes,
+)
 from deepgemm.profile import STALL_REASONS, top_stalls
 from deepgemm.stages import STAGES, stage_name
 
@@ -31,67 +41,12 @@ if TYPE_CHECKING:
 Row = dict[str, Any]
 Shape = tuple[int, int, int]
 
-HBM_TBS = 4.8  # H200 HBM3e bandwidth of the datasheet, TB/s: the memory roof
 CUBLAS = "cublas"
 ORDER = (*STAGES, CUBLAS)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure helpers
-
-
-def arithmetic_intensity(
-    m: int, n: int, k: int, bytes_per_element: int = 2, out_bytes_per_element: int | None = None
-) -> float:
-    """FLOP per byte of DRAM traffic when A and B are read once and C is written once: the best any kernel can do.
-
-    `out_bytes_per_element` defaults to the input size (C in the input dtype).
-    """
-    out = bytes_per_element if out_bytes_per_element is None else out_bytes_per_element
-    return 2 * m * n * k / ((m * k + k * n) * bytes_per_element + m * n * out)
-
-
-def operand_traffic_bytes(
-    m: int, n: int, k: int, block_m: int = 1, block_n: int = 1, bytes_per_element: int = 2
-) -> int:
-    """Bytes of A and B fetched when every block_m x block_n tile of C reads its rows of A and columns of B once.
-
-    A is then read ceil(n / block_n) times and B ceil(m / block_m) times. A 1 x 1 "tile" is v0's thread: B is
-    re-read m times and A n times, 2 * m * n * k elements in all.
-    """
-    return (m * k * math.ceil(n / block_n) + k * n * math.ceil(m / block_m)) * bytes_per_element
-
-
-def grouped_tile(index: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
-    """(tile_m, tile_n) of the index-th tile in v4/v5's launch order: GROUP_M tile rows walked column by
-    column (the kernels' `grouped_tile`); group_m <= 1 is plain row-major order."""
-    if group_m <= 1:
-        return divmod(index, tiles_n)
-    group_tiles = group_m * tiles_n
-    first_m = index // group_tiles * group_m
-    rows = min(tiles_m - first_m, group_m)
-    return first_m + index % group_tiles % rows, index % group_tiles // rows
-
-
-def wave_operand_bytes(
-    m: int, n: int, k: int, block_m: int, block_n: int, ctas: int, group_m: int, bytes_per_element: int = 2
-) -> int:
-    """Bytes of A and B that the first `ctas` tiles (the ones running together) read between them: their
-    distinct row blocks of A and column blocks of B. Less means more of the wave's reads hit in L2."""
-    tiles_m, tiles_n = math.ceil(m / block_m), math.ceil(n / block_n)
-    tiles = [grouped_tile(i, tiles_m, tiles_n, group_m) for i in range(min(ctas, tiles_m * tiles_n))]
-    a_blocks, b_blocks = len({tm for tm, _ in tiles}), len({tn for _, tn in tiles})
-    return (a_blocks * block_m + b_blocks * block_n) * k * bytes_per_element
-
-
-def roof_tflops(intensity: float, peak_tflops: float, bandwidth_tbs: float = HBM_TBS) -> float:
-    """The roofline: the most TFLOP/s a kernel of this arithmetic intensity (FLOP/byte) can reach."""
-    return min(peak_tflops, bandwidth_tbs * intensity)
-
-
-def ridge_intensity(peak_tflops: float, bandwidth_tbs: float = HBM_TBS) -> float:
-    """The arithmetic intensity (FLOP/byte) above which a kernel can be compute-bound."""
-    return peak_tflops / bandwidth_tbs
 
 
 def shape_of(row: Row) -> Shape:
@@ -688,22 +643,6 @@ def coalescer_plot(rows: Sequence[Row]) -> Figure:
     delay_ax.set_title("share merged against start delay", fontsize=10)
     delay_ax.legend(fontsize=7)
     return fig
-
-
-def tile_rounds(m: int, n: int, block_m: int, block_n: int, cluster_m: int, sm_count: int) -> Row:
-    """How v5's persistent grid covers an M x N output: its cluster tiles, the CTAs it launches (full rounds,
-    `balanced_workers`), the rounds, the share of the SMs busy, and the share of the computed rows that are
-    rows of C (the rest multiply the zeros TMA fills in past M)."""
-    from deepgemm.launch import balanced_workers, ceil_div, cluster_rows
-
-    rows = cluster_rows(m, block_m, cluster_m)
-    cluster_tiles = rows * ceil_div(n, block_n)
-    clusters = balanced_workers(cluster_tiles, sm_count // cluster_m)
-    return {
-        "m": m, "n": n, "cluster_tiles": cluster_tiles, "ctas": clusters * cluster_m,
-        "rounds": ceil_div(cluster_tiles, clusters), "sms_busy_pct": 100 * clusters * cluster_m / sm_count,
-        "rows_of_c_pct": 100 * m / (rows * cluster_m * block_m),
-    }  # fmt: skip
 
 
 TILE_ROUND_COLUMNS = (

@@ -14,6 +14,7 @@ import cupy
 import numpy as np
 
 from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from deepgemm.model import round_up
 
 DESCRIPTOR_BYTES = 128
 MAX_BOX_ROWS = 256  # a TMA box has at most 256 elements along each dimension
@@ -133,6 +134,4 @@ def tma_store_target(out: cupy.ndarray) -> cupy.ndarray:
     if tma_describable(out):
         return out
     rows, cols = out.shape
-    per_16_bytes = 16 // out.itemsize
-    padded_cols = -(-cols // per_16_bytes) * per_16_bytes
-    return cupy.empty((rows, padded_cols), dtype=out.dtype)[:, :cols]
+    return cupy.empty((rows, round_up(cols, 16 // out.itemsize)), dtype=out.dtype)[:, :cols]

@@ -83,7 +83,7 @@ def test_launch_knobs_are_not_compiled_into_the_kernel():
     ],
 )
 def test_balanced_workers_keep_the_round_count_and_fill_every_round(tiles, slots, workers):
-    from deepgemm.launch import balanced_workers, ceil_div
+    from deepgemm.model import balanced_workers, ceil_div
 
     assert balanced_workers(tiles, slots) == workers
     assert ceil_div(tiles, workers) == ceil_div(tiles, slots)  # no extra round

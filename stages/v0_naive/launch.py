@@ -13,7 +13,8 @@ import numpy as np
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div
+from deepgemm.launch import KernelLaunch
+from deepgemm.model import ceil_div
 from deepgemm.operands import check_problem, leading_dim, require_gpu
 
 STAGE = "v0_naive"
