@@ -414,7 +414,7 @@ def _empty(message: str) -> Figure:
 
 
 def _peaks() -> tuple[float, float]:
-    from deepgemm.bench import PEAK_CLOCK_MHZ, PEAK_TFLOPS
+    from deepgemm.timing import PEAK_CLOCK_MHZ, PEAK_TFLOPS
 
     return PEAK_TFLOPS, PEAK_CLOCK_MHZ
 

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from deepgemm import bench, cli, results
+from deepgemm import bench, cli, results, timing
 from deepgemm.stages import STAGES
 
 
@@ -38,7 +38,7 @@ class FakeNvml:
 
 def test_sampler_reads_instantaneous_power_and_the_power_cap_flag():
     nvml = FakeNvml(instant_mw=698_000, average_mw=231_000, reasons=[0x4, 0x4, 0x4 | 0x1, 0x0])
-    sampler = bench.PowerSampler(nvml, handle="gpu0")
+    sampler = timing.PowerSampler(nvml, handle="gpu0")
     for _ in range(4):
         sampler.sample()
     assert sampler.median_power() == pytest.approx(698.0)  # not the one-second average
@@ -50,7 +50,7 @@ def test_sampler_reads_instantaneous_power_and_the_power_cap_flag():
 
 def test_sampler_falls_back_to_the_average_where_the_field_is_missing():
     nvml = FakeNvml(instant_mw=None, average_mw=231_000, reasons=[0x0])
-    sampler = bench.PowerSampler(nvml, handle="gpu0")
+    sampler = timing.PowerSampler(nvml, handle="gpu0")
     sampler.sample()
     assert sampler.median_power() == pytest.approx(231.0)
     assert sampler.capped_pct() == 0.0
@@ -61,7 +61,7 @@ def test_sampler_leaves_the_flag_out_where_the_driver_does_not_report_it():
         def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
             raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
 
-    sampler = bench.PowerSampler(NoReasons(instant_mw=650_000, average_mw=0, reasons=[]), handle="gpu0")
+    sampler = timing.PowerSampler(NoReasons(instant_mw=650_000, average_mw=0, reasons=[]), handle="gpu0")
     sampler.sample()
     assert sampler.median_power() == pytest.approx(650.0)
     assert sampler.capped_pct() is None
