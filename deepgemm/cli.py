@@ -4,14 +4,14 @@ diff`, and `python -m stages.<stage>`."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deepgemm import results
-from deepgemm.stages import STAGES, parse_stages, stage_name
+from deepgemm.diff import kernel_diff
+from deepgemm.stages import parse_stages, stage_name
 
 DEFAULT_SHAPE = 4096
 
@@ -209,12 +209,7 @@ def cmd_info(_: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """The lesson of a stage: its kernel.cu against the previous stage's."""
-    from deepgemm.jit import kernel_path
-
-    new = stage_name(args.stage)
-    old = STAGES[STAGES.index(new) - 1] if args.against is None else stage_name(args.against)
-    old_text, new_text = (kernel_path(s).read_text().splitlines(keepends=True) for s in (old, new))
-    sys.stdout.writelines(difflib.unified_diff(old_text, new_text, f"{old}/kernel.cu", f"{new}/kernel.cu"))
+    print("\n".join(kernel_diff(args.stage, args.against)))
     return 0
 
 

@@ -68,23 +68,3 @@ def test_launch_knobs_are_not_compiled_into_the_kernel():
     assert DEFAULTS.value("BALANCED_ROUNDS") == 1
     assert "BALANCED_ROUNDS" not in DEFAULTS.defines()
     assert DEFAULTS.defines()["CLUSTER_M"] == 2
-
-
-@pytest.mark.parametrize(
-    ("tiles", "slots", "workers"),
-    [
-        (512, 132, 128),  # 4096^3, one CTA per tile of 128 x 256: 4 rounds either way
-        (256, 66, 64),  # the same in clusters of two: 64 clusters, 128 CTAs
-        (1024, 66, 64),  # 8192^3 in clusters: 16 rounds either way (15.5 with 66)
-        (100, 132, 100),  # fewer tiles than SMs: one tile each
-        (133, 132, 67),  # one tile too many: two rounds, so half the SMs suffice
-        (132, 132, 132),
-        (1, 66, 1),
-    ],
-)
-def test_balanced_workers_keep_the_round_count_and_fill_every_round(tiles, slots, workers):
-    from deepgemm.model import balanced_workers, ceil_div
-
-    assert balanced_workers(tiles, slots) == workers
-    assert ceil_div(tiles, workers) == ceil_div(tiles, slots)  # no extra round
-    assert workers <= slots
