@@ -48,8 +48,8 @@ def test_every_bench_suite_is_dispatched():
     from deepgemm import cli
 
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
-        cli._run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
-    assert set(cli.CONFIG_SWEEPS) | {"progression", "epilogue", "call", "pairs", "shapes"} == set(cli.SUITES)
+        cli.run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
+    assert {"progression", "raster", "epilogue", "call", "pairs", "shapes"} == set(cli.SUITES)
 
 
 def test_value_reads_core_fields_and_extra_knobs_by_define_name():
@@ -60,11 +60,3 @@ def test_value_reads_core_fields_and_extra_knobs_by_define_name():
     for missing in ("BLOCK_N", "CLUSTER_M"):
         with pytest.raises(ValueError, match=f"no knob {missing}"):
             cfg.value(missing)
-
-
-def test_launch_knobs_are_not_compiled_into_the_kernel():
-    from stages.v5_fused.launch import DEFAULTS
-
-    assert DEFAULTS.value("BALANCED_ROUNDS") == 1
-    assert "BALANCED_ROUNDS" not in DEFAULTS.defines()
-    assert DEFAULTS.defines()["CLUSTER_M"] == 2
