@@ -22,6 +22,11 @@ MIN_CC = (8, 0)
 DEFAULTS = GemmConfig(extra={"BLOCK_X": 32, "BLOCK_Y": 8})  # a warp along N, 256 threads
 
 
+def threads(cfg: GemmConfig) -> int:
+    """Threads per block: a BLOCK_X x BLOCK_Y block, one thread per element of C."""
+    return cfg.value("BLOCK_X") * cfg.value("BLOCK_Y")
+
+
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
     require_gpu(MIN_CC, STAGE)
     p = check_problem(a, b, out)

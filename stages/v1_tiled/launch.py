@@ -22,6 +22,11 @@ MIN_CC = (8, 0)
 DEFAULTS = GemmConfig(block_m=128, block_n=128, block_k=32, extra={"THREAD_M": 8, "THREAD_N": 8})
 
 
+def threads(cfg: GemmConfig) -> int:
+    """Threads per block: each owns a THREAD_M x THREAD_N register tile of the BLOCK_M x BLOCK_N tile."""
+    return (cfg.value("BLOCK_M") // cfg.value("THREAD_M")) * (cfg.value("BLOCK_N") // cfg.value("THREAD_N"))
+
+
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
     require_gpu(MIN_CC, STAGE)
     p = check_problem(a, b, out)
@@ -29,12 +34,11 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_multiple(cfg, "BLOCK_K", 8, "one 16-byte load holds 8 elements of K")
     for tile, thread in (("BLOCK_M", "THREAD_M"), ("BLOCK_N", "THREAD_N")):
         require_multiple(cfg, tile, cfg.value(thread), f"each thread owns {thread} rows/columns")
-    threads = (cfg.value("BLOCK_M") // cfg.value("THREAD_M")) * (cfg.value("BLOCK_N") // cfg.value("THREAD_N"))
     a_k, b_k, k = k_major_operands(p)
     kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})
     args = (a_k, b_k, p.out, *(np.int32(v) for v in (p.m, p.n, k, *map(leading_dim, (a_k, b_k, p.out)))))
     grid = (ceil_div(p.n, cfg.value("BLOCK_N")), ceil_div(p.m, cfg.value("BLOCK_M")))
-    return KernelLaunch(kernel, grid, (threads,), args, p.out, keep_alive=(a_k, b_k))
+    return KernelLaunch(kernel, grid, (threads(cfg),), args, p.out, keep_alive=(a_k, b_k))
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:

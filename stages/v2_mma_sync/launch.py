@@ -22,6 +22,11 @@ MIN_CC = (8, 0)
 DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=32, num_stages=4, extra={"WARPS_M": 2, "WARPS_N": 4})
 
 
+def threads(cfg: GemmConfig) -> int:
+    """Threads per block: a WARPS_M x WARPS_N grid of warps."""
+    return 32 * cfg.value("WARPS_M") * cfg.value("WARPS_N")
+
+
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
     require_gpu(MIN_CC, STAGE)
     p = check_problem(a, b, out)
@@ -34,8 +39,9 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})
     args = (a_k, b_k, p.out, *(np.int32(v) for v in (p.m, p.n, k, *map(leading_dim, (a_k, b_k, p.out)))))
     grid = (ceil_div(p.n, cfg.value("BLOCK_N")), ceil_div(p.m, cfg.value("BLOCK_M")))
-    threads = 32 * cfg.value("WARPS_M") * cfg.value("WARPS_N")
-    return KernelLaunch(kernel, grid, (threads,), args, p.out, shared_mem=tile_smem_bytes(cfg), keep_alive=(a_k, b_k))
+    return KernelLaunch(
+        kernel, grid, (threads(cfg),), args, p.out, shared_mem=tile_smem_bytes(cfg), keep_alive=(a_k, b_k)
+    )
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:
