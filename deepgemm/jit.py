@@ -147,7 +147,7 @@ def parse_ptxas(log: str) -> dict[str, int]:
 @cache
 def cuda_include_dir() -> str:
     """Where cuda_fp16.h lives: the toolkit's include folder or the nvidia-cuda-runtime wheel's."""
-    from cuda.pathfinder import find_nvidia_header_directory
+    from cuda.pathfinder import find_nvidia_header_directory  # only for compiles without a GPU (tests)
 
     found = find_nvidia_header_directory("cudart")
     if found is None:
@@ -162,7 +162,7 @@ def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a")
 
 def compile_file_report(path: Path, name: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
     """Compile any .cu file as `compile_report` compiles a stage (the harness's own probe kernels too)."""
-    from cupy.cuda import nvrtc
+    from cupy.cuda import nvrtc  # CuPy's low-level NVRTC bindings, only for compiles without a GPU
 
     source = path.read_text()
     options = [
@@ -198,7 +198,7 @@ def compile_source(source: str, defines: Mapping[str, int], arch: str = "sm_90a"
 
 def cuobjdump() -> str:
     """The cuobjdump binary (the nvidia-cuda-cuobjdump wheel that `make test` installs, or the toolkit's)."""
-    from cuda.pathfinder import find_nvidia_binary_utility
+    from cuda.pathfinder import find_nvidia_binary_utility  # only for reading SASS (tests, notebooks)
 
     found = find_nvidia_binary_utility("cuobjdump") or shutil.which("cuobjdump")
     if found is None:

@@ -93,7 +93,7 @@ def max_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int,
 
 
 def _query_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int, cluster_size: int) -> int:
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # the driver API: heavy, and only the clustered stage asks it
 
     if dynamic_smem > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = dynamic_smem

@@ -51,7 +51,7 @@ class PowerSampler:
         self._nvml, self._handle = nvml, handle
         if nvml is None:
             try:
-                import pynvml
+                import pynvml  # optional: without NVML the rows say None
 
                 pynvml.nvmlInit()
                 pci_bus = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)

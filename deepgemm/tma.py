@@ -80,7 +80,7 @@ _MAPS: dict[tuple, np.void] = {}
 
 
 def _encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # the driver API: heavy, and only the TMA stages need it
 
     spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)
     dtypes = {

@@ -68,15 +68,3 @@ def pairs_rows(ratios: list[float]) -> list[dict]:
             {**base, "stage": "v5_fused", "x_cublas": ratio, "sm_clock_mhz": 1470.0},
         ]
     return rows
-
-
-def coalescer_rows() -> list[dict]:
-    """As the probe plans them: every partner at delay 0, then a delay sweep for SM 1; in L2 and DRAM."""
-    rows = []
-    for data, late_share in (("L2", 0.0), ("DRAM", 0.8)):
-        for sm, same in ((1, True), (2, False), (16, True)):
-            rows.append({"sm_a": 0, "sm_b": sm, "delay": 0, "data": data, "same_gpc": same,
-                         "second_reader_merged": (1.0 if same else 0.0) if data == "DRAM" else 0.5})  # fmt: skip
-        rows.append({"sm_a": 0, "sm_b": 1, "delay": 200, "data": data, "same_gpc": True,
-                     "second_reader_merged": late_share})  # fmt: skip
-    return rows

@@ -7,7 +7,7 @@ import pytest
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
-from fake_rows import FAKE_TFLOPS, coalescer_rows, fake_bench_rows, fake_profile_rows, fake_variant_rows, pairs_rows  # noqa: E402
+from fake_rows import FAKE_TFLOPS, fake_bench_rows, fake_profile_rows, fake_variant_rows, pairs_rows  # noqa: E402
 from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
@@ -79,15 +79,3 @@ def test_pairs_plot_shows_every_pair_its_median_and_both_clocks():
 def test_pairs_plot_without_pairs_says_so():
     fig = figures.pairs_plot([{"stage": "v5_fused", "dtype": "fp16", "m": 1, "n": 1, "k": 1, "x_cublas": 1.0}])
     assert any("no recorded pairs" in t.get_text() for t in fig.axes[0].texts)
-
-
-def test_coalescer_plot_shows_every_partner_and_the_delay_sweeps():
-    fig = figures.coalescer_plot(coalescer_rows())
-    partner_ax, delay_ax = fig.axes
-    heights = sorted(p.get_height() for p in partner_ax.patches if isinstance(p, Rectangle))
-    assert heights == [0.0, 1.0, 1.0]
-    assert sorted(tuple(line.get_ydata()) for line in delay_ax.lines) == [(0.5, 0.0), (1.0, 0.8)]
-
-
-def test_coalescer_plot_without_a_record_says_so():
-    assert any("no recorded coalescer" in t.get_text() for t in figures.coalescer_plot([]).axes[0].texts)
