@@ -144,8 +144,30 @@ def cublas_row(work: Workload, settle_s: float, log: Callable[[str], None]) -> d
     return row
 
 
+def bench_variants(
+    variants: dict[str, Callable[[cupy.ndarray, cupy.ndarray], Callable[[], object]]],
+    m: int,
+    n: int,
+    k: int,
+    dtype_name: str,
+    *,
+    settle_s: float = 1.0,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, object]]:
+    """Named ways to plan one GEMM (`plan(a, b)` -> a launch), each verified and timed beside cuBLAS; one row
+    per name, then cuBLAS's."""
+    work = Workload.make(m, n, k, dtype_name, seed=seed)
+    baseline = cublas_row(work, settle_s, log)
+    rows = []
+    for name, plan in variants.items():
+        rows.append(measure(name, work, [plan(a, b) for a, b in work.problems], settle_s=settle_s))
+        _log_row(rows[-1], log)
+    return [*with_ratios(rows, baseline), baseline]
+
+
 def bench_shape(
-    stages: Sequence[str],
+    stage_list: Sequence[str],
     m: int,
     n: int,
     k: int,
@@ -156,34 +178,8 @@ def bench_shape(
     log: Callable[[str], None] = print,
 ) -> list[dict[str, object]]:
     """Verify and time each stage and cuBLAS at one shape and dtype; one row per stage, then cuBLAS."""
-    work = Workload.make(m, n, k, dtype_name, seed=seed)
-    baseline = cublas_row(work, settle_s, log)
-    rows = []
-    for stage in stages:
-        launcher = stages.load(stage)
-        rows.append(measure(stage, work, [launcher.plan(a, b) for a, b in work.problems], settle_s=settle_s))
-        _log_row(rows[-1], log)
-    return [*with_ratios(rows, baseline), baseline]
-
-
-def bench_variants(
-    variants: dict[str, Callable[[cupy.ndarray, cupy.ndarray], Callable[[], object]]],
-    m: int,
-    n: int,
-    k: int,
-    dtype_name: str,
-    *,
-    settle_s: float = 1.0,
-    log: Callable[[str], None] = print,
-) -> list[dict[str, object]]:
-    """Named ways to plan one GEMM (`plan(a, b)` -> a launch), each verified and timed beside cuBLAS."""
-    work = Workload.make(m, n, k, dtype_name)
-    baseline = cublas_row(work, settle_s, log)
-    rows = []
-    for name, plan in variants.items():
-        rows.append(measure(name, work, [plan(a, b) for a, b in work.problems], settle_s=settle_s))
-        _log_row(rows[-1], log)
-    return [*with_ratios(rows, baseline), baseline]
+    plans = {stage: stages.load(stage).plan for stage in stage_list}
+    return bench_variants(plans, m, n, k, dtype_name, settle_s=settle_s, seed=seed, log=log)
 
 
 def bench_configs(

@@ -17,7 +17,16 @@ from deepgemm.config import GemmConfig
 from deepgemm.diff import kernel_diff
 from deepgemm.dtypes import input_dtype
 from deepgemm.profile import profile_stage, top_stalls
-from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, shapes, show_recorded
+from deepgemm.runner import (
+    add_problem_args,
+    gpu_available,
+    log,
+    print_rows,
+    problems,
+    run_command,
+    shapes,
+    show_recorded,
+)
 from deepgemm.stages import CUBLAS, parse_stages, stage_name
 
 SUITES = {
@@ -238,9 +247,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.run(args)
-    except (ValueError, TypeError, RuntimeError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_command(build_parser(), argv)

@@ -91,6 +91,17 @@ def show_recorded(
     return record
 
 
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` and run the command chosen (its `run` default); a bad value, a missing GPU or record
+    prints as one line of error and exit status 2, not a traceback."""
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, TypeError, RuntimeError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 def run_stage(stage: str, argv: Sequence[str] | None = None) -> None:
     """`python -m stages.<stage>`: check one stage and time it beside cuBLAS."""
     parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}")

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deepgemm import results
 from deepgemm.bench import bench_variants
-from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, show_recorded
+from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
 from lab import RESULTS_DIR, coalescer, gpc, sweeps
 
 COMMANDS = {  # record -> the command that writes it
@@ -104,9 +103,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.run(args)
-    except (ValueError, TypeError, RuntimeError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_command(build_parser(), argv)
