@@ -34,6 +34,7 @@ LAUNCH_SMEM_BYTES = "LAUNCH_SMEM_BYTES"  # dynamic shared memory the kernel need
 
 _modules: dict[tuple, cupy.RawModule] = {}
 _kernels: dict[tuple, cupy.RawKernel] = {}
+_facts: dict[tuple, LaunchFacts] = {}
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,6 @@ def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
     return _kernels[key]
 
 
-_facts: dict[tuple, LaunchFacts] = {}
-
 
 def launch_facts(stage: str, defines: Mapping[str, int]) -> LaunchFacts:
     """LAUNCH_THREADS and LAUNCH_SMEM_BYTES of the stage's kernel compiled with these defines, read back
@@ -105,7 +104,8 @@ def read_global_int(module: cupy.RawModule, name: str, stage: str) -> int:
     except cupy.cuda.driver.CUDADriverError:
         raise RuntimeError(f'{stage}/kernel.cu exports no {name} (an extern "C" __device__ const int)') from None
     value = np.zeros(1, dtype=np.int32)
-    pointer.copy_to_host(value.ctypes.data, value.nbytes)
+    runtime = cupy.cuda.runtime
+    runtime.memcpy(value.ctypes.data, pointer.ptr, value.nbytes, runtime.memcpyDeviceToHost)
     return int(value[0])
 
 
