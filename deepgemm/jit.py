@@ -84,7 +84,6 @@ def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
     return _kernels[key]
 
 
-
 def launch_facts(stage: str, defines: Mapping[str, int]) -> LaunchFacts:
     """LAUNCH_THREADS and LAUNCH_SMEM_BYTES of the stage's kernel compiled with these defines, read back
     from the module on the GPU once per compiled kernel."""
