@@ -34,13 +34,13 @@ bench: $(STAMP)
 	$(PY) -m deepgemm bench $(BENCH_ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests lab/tests $(PYTEST_ARGS)
 	@if $(PY) -c "import nbval" >/dev/null 2>&1; then \
 		$(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider notebooks; \
 	else echo "nbval is not installed here: notebooks not executed"; fi
 
 lint: $(STAMP)
-	$(PY) -m ruff check deepgemm stages tests
+	$(PY) -m ruff check deepgemm stages tests lab conftest.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

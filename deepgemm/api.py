@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepgemm import stages
 from deepgemm.config import GemmConfig
+
+LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
 
 
 def gemm(
@@ -25,6 +28,5 @@ def gemm(
     'gelu_tanh', 'gelu_erf' or 'silu'; out_dtype defaults to the input dtype and may be float32.
     Returns a CuPy array (M, N).
     """
-    from stages.v5_fused.launch import gemm as v5_gemm
-
-    return v5_gemm(a, b, out, bias=bias, alpha=alpha, activation=activation, out_dtype=out_dtype, config=config)
+    launcher = stages.load(LIBRARY_STAGE)
+    return launcher.gemm(a, b, out, bias=bias, alpha=alpha, activation=activation, out_dtype=out_dtype, config=config)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import cupy
 import numpy as np
 
 from deepgemm.dtypes import FLOAT32
 from deepgemm.epilogue import apply_activation
+from deepgemm.operands import as_device_array
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
 ABS_FLOOR = 1e-6  # below float16's smallest normal (6.1e-5) times its roundoff: room for subnormals
@@ -52,22 +54,32 @@ def poison(out: cupy.ndarray) -> None:
         out.view(cupy.uint16).fill(NAN_BITS[2])
 
 
+@dataclass(frozen=True)
+class Reference:
+    """What an output is checked against: act(alpha * a @ b + bias) in float64, |alpha| * |a| @ |b| (the
+    scale of the accumulation error), the magnitude of the activation's input (None without one), and K."""
+
+    value: cupy.ndarray
+    scale: cupy.ndarray
+    activation_input: cupy.ndarray | None
+    k: int
+
+
 def reference(
     a: cupy.ndarray,
     b: cupy.ndarray,
     alpha: float = 1.0,
     bias: cupy.ndarray | None = None,
     activation: str | None = None,
-) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray | None]:
-    """act(alpha * a @ b + bias) in float64; |alpha| * |a| @ |b| (the scale of the accumulation error); and
-    with an activation, the magnitude of its input (None without one)."""
+) -> Reference:
+    """The float64 reference of act(alpha * a @ b + bias)."""
     a64, b64 = a.astype(FLOAT32).astype(cupy.float64), b.astype(FLOAT32).astype(cupy.float64)
     x = alpha * (a64 @ b64)
     if bias is not None:
         x += bias.astype(FLOAT32).astype(cupy.float64)[None, :]
     scale = abs(alpha) * (cupy.abs(a64) @ cupy.abs(b64))
-    ref = apply_activation(x, activation)
-    return ref, scale, (None if ref is x else cupy.abs(x))
+    value = apply_activation(x, activation)
+    return Reference(value, scale, None if value is x else cupy.abs(x), k=a.shape[1])
 
 
 @dataclass(frozen=True)
@@ -92,22 +104,17 @@ class ErrorStats:
         return f"max abs {self.max_abs:.3g}, rel fro {self.rel_fro:.3g}, p99.9 abs {self.p999_abs:.3g}: {verdict}"
 
 
-def error_stats(
-    out: cupy.ndarray,
-    ref: cupy.ndarray,
-    scale: cupy.ndarray,
-    activation_input: cupy.ndarray | None = None,
-    *,
-    k: int,
-) -> ErrorStats:
-    """Compare `out` with the float64 reference; `scale` is |alpha| * |a| @ |b| and `activation_input` the
-    magnitude of the activation's input (`reference` gives all three)."""
+def error_stats(out: cupy.ndarray, expected: Reference) -> ErrorStats:
+    """Compare `out` with the float64 reference and its per-element bound."""
+    ref, k = expected.value, expected.k
     got = out.astype(FLOAT32).astype(cupy.float64)
     finite = cupy.isfinite(got)
     err = cupy.where(finite, cupy.abs(got - ref), cupy.inf)
     u_out = UNIT_ROUNDOFF[np.dtype(out.dtype).name]
-    magnitude = cupy.abs(ref) if activation_input is None else cupy.maximum(cupy.abs(ref), activation_input)
-    bound = 2 * (u_out * magnitude + k * UNIT_ROUNDOFF["float32"] * scale) + ABS_FLOOR
+    magnitude = cupy.abs(ref)
+    if expected.activation_input is not None:
+        magnitude = cupy.maximum(magnitude, expected.activation_input)
+    bound = 2 * (u_out * magnitude + k * UNIT_ROUNDOFF["float32"] * expected.scale) + ABS_FLOOR
     finite_err = cupy.where(finite, err, 0)
     q50, q99, q999 = (float(q) for q in cupy.quantile(finite_err.ravel(), cupy.array([0.5, 0.99, 0.999])))
     ref_norm = float(cupy.linalg.norm(ref))
@@ -126,15 +133,14 @@ def error_stats(
     )
 
 
-def verify(
-    run: Callable[[], cupy.ndarray],
-    out: cupy.ndarray,
-    a: cupy.ndarray,
-    b: cupy.ndarray,
-    **epilogue: object,
-) -> ErrorStats:
-    """Poison `out`, call `run` (which writes `out`), and compare with the reference of a @ b."""
-    poison(out)
-    run()
+def verify(run: Callable[[], Any], expected: Reference, out: cupy.ndarray | None = None) -> ErrorStats:
+    """Poison `out`, call `run` once, and compare what it wrote with the reference.
+
+    `out` is where `run` writes (a plan's `out`); None for a call that returns its result instead, which is
+    then what is checked.
+    """
+    if out is not None:
+        poison(out)
+    result = run()
     cupy.cuda.Device().synchronize()  # a launch error surfaces here, not later
-    return error_stats(out, *reference(a, b, **epilogue), k=a.shape[1])
+    return error_stats(out if out is not None else as_device_array(result, "the result"), expected)

@@ -1,8 +1,7 @@
 """GemmConfig: the compile-time knobs of a stage, their defaults and their checks.
 
 A stage declares its defaults as a GemmConfig; a caller's GemmConfig overrides the fields it sets. Every
-field becomes a `-D` define of the same name in upper case, which is how `kernel.cu` receives it, except
-the launch knobs (LAUNCH_KNOBS), which only the launcher reads: how many CTAs the grid has, say.
+field becomes a `-D` define of the same name in upper case, which is how `kernel.cu` receives it.
 """
 
 from __future__ import annotations
@@ -40,10 +39,10 @@ class GemmConfig:
         return replace(merged, extra={**defaults.extra, **self.extra})
 
     def defines(self) -> dict[str, int]:
-        """The `-D` defines this config compiles to (the launch knobs are not among them)."""
+        """The `-D` defines this config compiles to."""
         out = {f.name.upper(): getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         out.update(self.extra)
-        return {name: value for name, value in out.items() if value is not None and name not in LAUNCH_KNOBS}
+        return {name: value for name, value in out.items() if value is not None}
 
     def value(self, name: str) -> int:
         """A knob by its define name (`BLOCK_M`, `GROUP_M`); a plan asks a dozen times, so no dict is built."""
@@ -55,9 +54,6 @@ class GemmConfig:
 
 
 _CORE_FIELDS = frozenset(f.name for f in fields(GemmConfig) if f.name != "extra")
-# Knobs of the launch, not of the kernel: v5's BALANCED_ROUNDS sizes its persistent grid, its GPC_SLOTS
-# picks the slot table it passes.
-LAUNCH_KNOBS = frozenset({"BALANCED_ROUNDS", "GPC_SLOTS"})
 
 
 def require_multiple(cfg: GemmConfig, name: str, multiple: int, why: str) -> None:
@@ -88,3 +84,11 @@ def tile_smem_bytes(cfg: GemmConfig) -> int:
     return (
         cfg.value("NUM_STAGES") * (cfg.value("BLOCK_M") + cfg.value("BLOCK_N")) * cfg.value("BLOCK_K") * ELEMENT_BYTES
     )
+
+
+def require_m64n256_tile(cfg: GemmConfig) -> None:
+    """The tile of the 128B-swizzled wgmma stages (v4, v5): ValueError names the knob and why."""
+    require_in(cfg, "BLOCK_M", (128,), "two consumer warpgroups x wgmma m64")
+    require_in(cfg, "BLOCK_N", (256,), "the kernel issues wgmma m64n256k16")
+    require_in(cfg, "BLOCK_K", (64,), "one 128-byte swizzle row of 2-byte elements")
+    require_in(cfg, "BOX_K", (64,), "one box spans the whole 128-byte swizzle row")

@@ -29,7 +29,7 @@ def apply_activation(x: cupy.ndarray, activation: str | None) -> cupy.ndarray:
     if name == "gelu_tanh":
         return 0.5 * x * (1 + cupy.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     if name == "gelu_erf":
-        from cupyx.scipy.special import erf
+        from cupyx.scipy.special import erf  # heavy (SciPy's special functions): only for the erf form
 
         return 0.5 * x * (1 + erf(x / math.sqrt(2)))
     return x / (1 + cupy.exp(-x))  # silu

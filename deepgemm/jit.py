@@ -4,12 +4,17 @@ On a GPU, `get_kernel` compiles through CuPy's NVRTC backend. CuPy keeps compile
 source and options, so a shape seen before costs a disk read; the map here keeps them in memory on top.
 Without a GPU, `compile_report` runs the same NVRTC compile through the low-level bindings and returns
 the cubin with ptxas's resource report, for the tests and for reading SASS (`disassemble`).
+
+The TMA stages (v3-v5) export what their kernel fixes about its launch as `extern "C" __device__ const int`
+globals, LAUNCH_THREADS and LAUNCH_SMEM_BYTES; `launch_facts` reads them back from the compiled module
+(once per compiled kernel) and `CompileReport.launch_facts` from a cubin, so no launcher types them again.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -18,12 +23,26 @@ from functools import cache
 from pathlib import Path
 
 import cupy
+import numpy as np
 
 STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
 ENTRY_POINT = "gemm_kernel"
 BASE_OPTIONS = ("-std=c++17",)
 
+LAUNCH_THREADS = "LAUNCH_THREADS"  # threads per block
+LAUNCH_SMEM_BYTES = "LAUNCH_SMEM_BYTES"  # dynamic shared memory the kernel needs, alignment slack included
+
+_modules: dict[tuple, cupy.RawModule] = {}
 _kernels: dict[tuple, cupy.RawKernel] = {}
+_facts: dict[tuple, LaunchFacts] = {}
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What a kernel.cu fixes about its launch: threads per block and dynamic shared memory in bytes."""
+
+    threads: int
+    smem_bytes: int
 
 
 def kernel_path(stage: str) -> Path:
@@ -43,16 +62,50 @@ def device_arch() -> str:
     return "sm_90a" if cc == "90" else f"sm_{cc}"
 
 
+def _key(stage: str, defines: Mapping[str, int]) -> tuple:
+    return stage, device_arch(), tuple(sorted(defines.items()))
+
+
+def get_module(stage: str, defines: Mapping[str, int]) -> cupy.RawModule:
+    """The stage's kernel.cu compiled for the current GPU with these defines (cached)."""
+    key = _key(stage, defines)
+    if key not in _modules:
+        source = kernel_path(stage).read_text()
+        options = (f"-arch={key[1]}", *BASE_OPTIONS, *define_options(defines))
+        _modules[key] = cupy.RawModule(code=source, options=options, backend="nvrtc")
+    return _modules[key]
+
+
 def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
     """The stage's `gemm_kernel` compiled for the current GPU with these defines (cached)."""
-    arch = device_arch()
-    key = (stage, arch, tuple(sorted(defines.items())))
+    key = _key(stage, defines)
     if key not in _kernels:
-        source = kernel_path(stage).read_text()
-        options = (f"-arch={arch}", *BASE_OPTIONS, *define_options(defines))
-        module = cupy.RawModule(code=source, options=options, backend="nvrtc")
-        _kernels[key] = module.get_function(ENTRY_POINT)
+        _kernels[key] = get_module(stage, defines).get_function(ENTRY_POINT)
     return _kernels[key]
+
+
+def launch_facts(stage: str, defines: Mapping[str, int]) -> LaunchFacts:
+    """LAUNCH_THREADS and LAUNCH_SMEM_BYTES of the stage's kernel compiled with these defines, read back
+    from the module on the GPU once per compiled kernel."""
+    key = _key(stage, defines)
+    if key not in _facts:
+        module = get_module(stage, defines)
+        _facts[key] = LaunchFacts(
+            *(read_global_int(module, name, stage) for name in (LAUNCH_THREADS, LAUNCH_SMEM_BYTES))
+        )
+    return _facts[key]
+
+
+def read_global_int(module: cupy.RawModule, name: str, stage: str) -> int:
+    """The value of an `extern "C" __device__ const int` of a compiled module (4 bytes copied to the host)."""
+    try:
+        pointer = module.get_global(name)
+    except cupy.cuda.driver.CUDADriverError:
+        raise RuntimeError(f'{stage}/kernel.cu exports no {name} (an extern "C" __device__ const int)') from None
+    value = np.zeros(1, dtype=np.int32)
+    runtime = cupy.cuda.runtime
+    runtime.memcpy(value.ctypes.data, pointer.ptr, value.nbytes, runtime.memcpyDeviceToHost)
+    return int(value[0])
 
 
 @dataclass(frozen=True)
@@ -66,6 +119,14 @@ class CompileReport:
     spill_loads: int
     stack_bytes: int
     static_smem_bytes: int
+
+    def global_int(self, name: str) -> int:
+        """The initial value of an `extern "C" __device__ const int` in the cubin (`cubin_global_int`)."""
+        return cubin_global_int(self.cubin, name)
+
+    def launch_facts(self) -> LaunchFacts:
+        """LAUNCH_THREADS and LAUNCH_SMEM_BYTES, as `launch_facts` reads them on a GPU."""
+        return LaunchFacts(self.global_int(LAUNCH_THREADS), self.global_int(LAUNCH_SMEM_BYTES))
 
 
 _PTXAS_PATTERNS = {
@@ -85,7 +146,7 @@ def parse_ptxas(log: str) -> dict[str, int]:
 @cache
 def cuda_include_dir() -> str:
     """Where cuda_fp16.h lives: the toolkit's include folder or the nvidia-cuda-runtime wheel's."""
-    from cuda.pathfinder import find_nvidia_header_directory
+    from cuda.pathfinder import find_nvidia_header_directory  # only for compiles without a GPU (tests)
 
     found = find_nvidia_header_directory("cudart")
     if found is None:
@@ -100,7 +161,7 @@ def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a")
 
 def compile_file_report(path: Path, name: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
     """Compile any .cu file as `compile_report` compiles a stage (the harness's own probe kernels too)."""
-    from cupy.cuda import nvrtc
+    from cupy.cuda import nvrtc  # CuPy's low-level NVRTC bindings, only for compiles without a GPU
 
     source = path.read_text()
     options = [
@@ -136,7 +197,7 @@ def compile_source(source: str, defines: Mapping[str, int], arch: str = "sm_90a"
 
 def cuobjdump() -> str:
     """The cuobjdump binary (the nvidia-cuda-cuobjdump wheel that `make test` installs, or the toolkit's)."""
-    from cuda.pathfinder import find_nvidia_binary_utility
+    from cuda.pathfinder import find_nvidia_binary_utility  # only for reading SASS (tests, notebooks)
 
     found = find_nvidia_binary_utility("cuobjdump") or shutil.which("cuobjdump")
     if found is None:
@@ -152,3 +213,29 @@ def disassemble(cubin: bytes) -> str:
         return subprocess.run(
             [cuobjdump(), "--dump-sass", str(path)], capture_output=True, text=True, check=True
         ).stdout
+
+
+_SHT_SYMTAB = 2
+_SHT_NOBITS = 8
+
+
+def cubin_global_int(cubin: bytes, name: str) -> int:
+    """The initial value of a 4-byte global `name` in a cubin (a 64-bit little-endian ELF): its symbol in the
+    symbol table gives its section and offset, and the section's bytes hold the value. KeyError names a
+    symbol the cubin does not have."""
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+        if kind != _SHT_SYMTAB:
+            continue
+        strings = sections[link][4]
+        for entry in range(offset, offset + size, entsize):
+            name_at, _sym_info, _other, index, value, _size = struct.unpack_from("<IBBHQQ", cubin, entry)
+            end = cubin.index(b"\0", strings + name_at)
+            if cubin[strings + name_at : end].decode() == name:
+                if sections[index][1] == _SHT_NOBITS:
+                    raise ValueError(f"{name} has no initial value in the cubin (it is not a const global)")
+                (found,) = struct.unpack_from("<i", cubin, sections[index][4] + value)
+                return found
+    raise KeyError(f"the cubin has no symbol {name}")

@@ -6,7 +6,6 @@ in the plan, so timing a plan's calls measures the kernel and not the Python aro
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -15,7 +14,8 @@ import numpy as np
 
 from deepgemm.config import GemmConfig, require_at_most, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
-from deepgemm.jit import get_kernel
+from deepgemm.jit import get_kernel, launch_facts
+from deepgemm.model import balanced_workers, ceil_div, cluster_rows, output_tiles
 from deepgemm.operands import Problem, k_major_operands, leading_dim
 from deepgemm.tma import encode_tile_map, operand_maps, tma_store_target
 
@@ -53,7 +53,10 @@ class KernelLaunch:
             threads *= extent
         require_at_most("threads per block", threads, MAX_THREADS_PER_BLOCK, "thread limit per block")
         require_at_most(
-            "dynamic shared memory", self.shared_mem, limits["smem_per_block_optin"], "shared memory per block"
+            "shared memory (dynamic + static)",
+            self.shared_mem + self.kernel.shared_size_bytes,
+            limits["smem_per_block_optin"],
+            "shared memory per block",
         )
         require_at_most(
             "registers per block (registers x threads)",
@@ -71,23 +74,10 @@ class KernelLaunch:
         return self.out
 
 
-def require_smem(dynamic_bytes: int, static_bytes: int = 0) -> None:
-    """ValueError before compiling when a config's shared memory exceeds what one block may use."""
+def require_smem(dynamic_bytes: int) -> None:
+    """ValueError before compiling when the shared memory a config's tiles need exceeds what one block may use."""
     limit = device_limits(cupy.cuda.Device().id)["smem_per_block_optin"]
-    require_at_most("shared memory (dynamic + static)", dynamic_bytes + static_bytes, limit, "shared memory per block")
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def cluster_rows(m: int, block_m: int, cluster_m: int) -> int:
-    """Rows of cluster tiles: clusters of `cluster_m` CTAs stack their tiles along M."""
-    return ceil_div(ceil_div(m, block_m), cluster_m)
-
-
-def output_tiles(problem: Problem, block_m: int, block_n: int) -> int:
-    return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n)
+    require_at_most("dynamic shared memory", dynamic_bytes, limit, "shared memory per block")
 
 
 _ACTIVE_CLUSTERS: dict[tuple[int, int, int, int], int] = {}  # (CUfunction, threads, smem, cluster) -> count
@@ -103,7 +93,7 @@ def max_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int,
 
 
 def _query_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: int, cluster_size: int) -> int:
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # the driver API: heavy, and only the clustered stage asks it
 
     if dynamic_smem > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = dynamic_smem
@@ -118,14 +108,6 @@ def _query_active_clusters(kernel: cupy.RawKernel, threads: int, dynamic_smem: i
     return clusters
 
 
-def balanced_workers(tiles: int, slots: int) -> int:
-    """The fewest persistent workers (CTAs or clusters) that finish `tiles` in as few rounds as `slots`
-    workers would. 512 tiles on 132 SMs take 4 rounds either way, the last one a sixth empty; 128 CTAs
-    take the same 4 rounds with every round full, and the 4 idle SMs leave power to the others."""
-    rounds = ceil_div(tiles, slots)
-    return ceil_div(tiles, rounds)
-
-
 def persistent_grid(
     problem: Problem,
     block_m: int,
@@ -134,22 +116,17 @@ def persistent_grid(
     threads: int,
     dynamic_smem: int,
     cluster_m: int,
-    balance_rounds: bool = False,
 ) -> int:
-    """One CTA per SM (per tile when there are fewer tiles); with clusters of `cluster_m` CTAs along M,
-    as many whole clusters as have a cluster tile and fit on the GPU at once. With `balance_rounds`, only
-    as many as the tiles need to finish in that many rounds (`balanced_workers`)."""
+    """CTAs of a persistent grid: as many whole clusters of `cluster_m` CTAs (stacked along M) as fit on
+    the GPU at once (one CTA per SM without clusters), but only as many as finish the cluster tiles in that
+    many rounds, so that every round is full (`balanced_workers`)."""
     if cluster_m == 1:
-        tiles, slots = output_tiles(problem, block_m, block_n), device_limits(problem.out.device.id)["sm_count"]
+        tiles = output_tiles(problem.m, problem.n, block_m, block_n)
+        slots = device_limits(problem.out.device.id)["sm_count"]
     else:
         tiles = cluster_rows(problem.m, block_m, cluster_m) * ceil_div(problem.n, block_n)
         slots = max_active_clusters(kernel, threads, dynamic_smem, cluster_m)
-    workers = balanced_workers(tiles, slots) if balance_rounds else min(tiles, slots)
-    return workers * cluster_m
-
-
-ALIGN_SLACK_BYTES = 1024  # the TMA stages round their buffers up to a 1024-byte boundary (swizzle atoms)
-BARRIER_BYTES_PER_STAGE = 16  # a full and an empty mbarrier (8 bytes each) per stage, static shared memory
+    return balanced_workers(tiles, slots) * cluster_m
 
 
 def tma_gemm_launch(
@@ -158,32 +135,27 @@ def tma_gemm_launch(
     cfg: GemmConfig,
     *,
     swizzle_bytes: int,
-    threads: int,
     persistent: bool = False,
-    balance_rounds: bool = False,
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
     store_box: tuple[int, int] | None = None,
-    store_smem_bytes: int = 0,
-    cluster_slots: Callable[[int], np.void] | None = None,
     keep_alive: tuple = (),
 ) -> KernelLaunch:
-    """What v3-v5 share: K-major operands, their tensor maps, the kernel, a 1-D grid of output tiles
-    (at most one CTA per SM when `persistent`, in clusters of the config's CLUSTER_M, and with
-    `balance_rounds` no more than keep every round of tiles full), and the pipeline's shared memory.
+    """What v3-v5 share: K-major operands, their tensor maps, the kernel with the threads and dynamic shared
+    memory it exports (`jit.launch_facts`), and a 1-D grid of output tiles (a balanced persistent grid when
+    `persistent`, in clusters of the config's CLUSTER_M).
 
     Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
-    the kernel stores C through a 128B-swizzled tensor map of that box, from `store_smem_bytes` of shared
-    memory after the stages; a C that TMA cannot describe is written to a padded buffer and copied.
-    `cluster_slots(clusters)`, for a persistent grid, gives the kernel's slot table, passed after C's map."""
-    dynamic_smem = tile_smem_bytes(cfg) + store_smem_bytes + ALIGN_SLACK_BYTES
-    require_smem(dynamic_smem, static_bytes=BARRIER_BYTES_PER_STAGE * cfg.value("NUM_STAGES"))
+    the kernel stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot describe is
+    written to a padded buffer and copied. A config whose pipeline stages alone exceed the GPU's shared
+    memory is refused before it is compiled; the exact total is checked once the kernel says it."""
+    require_smem(tile_smem_bytes(cfg))
     a_k, b_k, k = k_major_operands(problem)
     block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
     cluster_m = cfg.extra.get("CLUSTER_M", 1)  # a cluster's CTAs each load block_n / cluster_m rows of B
     tma_a, tma_b = operand_maps(a_k, b_k, block_m, block_n // cluster_m, cfg.value("BOX_K"), swizzle_bytes)
     defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **(epilogue_defines or {})}
-    kernel = get_kernel(stage, defines)
+    kernel, facts = get_kernel(stage, defines), launch_facts(stage, defines)
     m, n = (np.int32(v) for v in (problem.m, problem.n))
     written = None
     if store_box is None:
@@ -194,18 +166,16 @@ def tma_gemm_launch(
         tma_c = encode_tile_map(target, *store_box, swizzle_bytes=128)
         args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
     if persistent:
-        grid = persistent_grid(problem, block_m, block_n, kernel, threads, dynamic_smem, cluster_m, balance_rounds)
+        grid = persistent_grid(problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m)
     else:
-        grid = output_tiles(problem, block_m, block_n)
-    if cluster_slots is not None:
-        args = (*args[:3], cluster_slots(grid // cluster_m), *args[3:])
+        grid = output_tiles(problem.m, problem.n, block_m, block_n)
     return KernelLaunch(
         kernel,
         (grid,),
-        (threads,),
+        (facts.threads,),
         args,
         problem.out,
-        dynamic_smem,
+        facts.smem_bytes,
         keep_alive=(a_k, b_k, *keep_alive),
         written=written,
     )

@@ -15,6 +15,7 @@ import cupy
 import numpy as np
 
 from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, OUTPUT_DTYPES
+from deepgemm.model import round_up
 
 VECTOR_BYTES = 16  # cp.async, 16-byte loads and TMA all need 16-byte aligned rows
 
@@ -123,8 +124,7 @@ def leading_dim(x: cupy.ndarray) -> int:
 
 def padded_k(k: int) -> int:
     """K rounded up to a whole number of 16-byte vectors of 16-bit elements."""
-    per_vector = VECTOR_BYTES // 2
-    return -(-k // per_vector) * per_vector
+    return round_up(k, VECTOR_BYTES // 2)
 
 
 def k_major(x: cupy.ndarray, k_padded: int) -> cupy.ndarray:

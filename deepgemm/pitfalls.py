@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepgemm.jit import kernel_path
+from deepgemm.model import ceil_div, round_up
 
 # ---- a line taken out of a stage --------------------------------------------------------------------
 
@@ -129,8 +130,8 @@ def ctas_per_sm(
 ) -> dict[str, int]:
     """How many CTAs of a kernel fit on one SM, by each limit ('by_registers', 'by_smem', 'by_threads',
     'by_blocks') and overall ('ctas', the smallest)."""
-    warps = -(-threads // 32)
-    per_warp = -(-registers_per_thread * 32 // limits.register_granule) * limits.register_granule
+    warps = ceil_div(threads, 32)
+    per_warp = round_up(registers_per_thread * 32, limits.register_granule)
     by = {
         "by_registers": limits.registers // (warps * per_warp),
         "by_smem": limits.smem_bytes // (smem_bytes + limits.smem_reserved_per_block),

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from typing import Any
 
+from deepgemm.stages import CUBLAS
+
 STALL_REASONS = (
     "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss", "lg_throttle",
     "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
@@ -52,7 +54,6 @@ METRICS = {
     "grid_size": "launch__grid_size",
     "cluster_size": "launch__cluster_dim_x",
 }
-CUBLAS = "cublas"  # profiled like a stage: the cuBLAS kernel cupy.matmul launches for the same operands
 CUBLAS_KERNELS = "regex:nvjet|gemm|xmma|cutlass"  # cuBLAS's GEMM kernel names, not CuPy's own kernels
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import cupy
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "results" / "h200"
 
@@ -59,13 +61,11 @@ def _command_line() -> list[str]:
 
 def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
     """Where and how a measurement was made."""
-    import cupy
-
     runtime = cupy.cuda.runtime
     props = runtime.getDeviceProperties(cupy.cuda.Device().id)
     driver = "unknown"
     try:
-        import pynvml
+        import pynvml  # optional: without NVML the driver version is "unknown"
 
         pynvml.nvmlInit()
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -95,9 +95,6 @@ def save(name: str, rows: Iterable[dict[str, Any]], prov: dict[str, Any], direct
 
 RECORDING_COMMANDS = {  # records not written by a bench suite of their name
     "stability": "python -m deepgemm stability --record",
-    "coalescer": "python -m deepgemm coalescer --record",
-    "gpc_map": "python -m deepgemm coalescer --record",
-    "gpc_placement": "python -m deepgemm gpc --record",
 }
 
 
@@ -110,11 +107,12 @@ def recording_command(name: str) -> str:
     return f"python -m deepgemm bench --suite {name} --record"
 
 
-def load(name: str, directory: Path = RESULTS_DIR) -> dict[str, Any]:
-    """A recorded run; FileNotFoundError names the file and how to make it."""
+def load(name: str, directory: Path = RESULTS_DIR, command: str | None = None) -> dict[str, Any]:
+    """A recorded run; FileNotFoundError names the file and how to make it (`command`, or the project's own
+    command for a record of that name)."""
     path = directory / f"{name}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no recorded results at {path}: run `{recording_command(name)}` on a GPU")
+        raise FileNotFoundError(f"no recorded results at {path}: run `{command or recording_command(name)}` on a GPU")
     record = json.loads(path.read_text())
     if "provenance" not in record or "rows" not in record:
         raise ValueError(f"{path} is not a recorded run (it needs 'provenance' and 'rows')")

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import cupy
 
-from deepgemm import bench
-from deepgemm.check import error_stats, poison, reference
+from deepgemm import stages
+from deepgemm.bench import Workload
+from deepgemm.check import poison, reference, verify
+from deepgemm.timing import PowerSampler, gemm_flops
 
 BUFFERS = 16  # outputs per input set: each launch writes the next one, which is then checked
 WINDOW_S = 5.0  # the long run's throughput, clock and power are summed up per window of this length
@@ -39,20 +41,14 @@ def _same_bits(x: cupy.ndarray, y: cupy.ndarray) -> bool:
     return bool(cupy.array_equal(x.view(cupy.uint8), y.view(cupy.uint8)))
 
 
-def input_sets(stage: str, work: bench.Workload, buffers: int = BUFFERS) -> list[InputSet]:
+def input_sets(stage: str, work: Workload, buffers: int = BUFFERS) -> list[InputSet]:
     """Plans for every input set of `work`, and each set's first output verified against float64."""
-    from deepgemm import stages
-
     launcher = stages.load(stage)
     sets = []
     for a, b in work.problems:
         outs = [cupy.empty((work.m, work.n), dtype=a.dtype) for _ in range(buffers)]
         plans = [launcher.plan(a, b, out) for out in outs]
-        poison(outs[0])
-        plans[0]()
-        cupy.cuda.Device().synchronize()
-        ref, scale, _ = reference(a, b)
-        stats = error_stats(outs[0], ref, scale, None, k=work.k)
+        stats = verify(plans[0], reference(a, b), outs[0])
         sets.append(InputSet(plans, outs, outs[0].copy(), stats.passed))
     return sets
 
@@ -105,7 +101,7 @@ def long_run(sets: Sequence[InputSet], seconds: float, flops: int, log: Callable
     heats as under any sustained load; NVML is sampled while it waits. Per window of about WINDOW_S seconds:
     TFLOP/s with the poisoning and checking included (each adds a pass over the output), SM clock, power.
     """
-    sampler = bench.PowerSampler()
+    sampler = PowerSampler()
     differing = cupy.zeros((), dtype=cupy.int64)
     windows: list[dict] = []
     for input_set in sets:  # a first, unwindowed pass: it also compiles the check's kernel
@@ -144,7 +140,7 @@ def long_run(sets: Sequence[InputSet], seconds: float, flops: int, log: Callable
     }
 
 
-def _window(t_s: float, first: _Mark, last: _Mark, flops: int, sampler: bench.PowerSampler) -> dict:
+def _window(t_s: float, first: _Mark, last: _Mark, flops: int, sampler: PowerSampler) -> dict:
     ms = cupy.cuda.get_elapsed_time(first.event, last.event)
     return {
         "t_s": round(t_s, 1),
@@ -192,11 +188,11 @@ def stability_rows(
     log: Callable[[str], None] = print,
 ) -> list[dict]:
     """A long run and a multi-stream run of one stage at one shape; one row each."""
-    work = bench.Workload.make(m, n, k, dtype_name, min_sets=streams)
+    work = Workload.make(m, n, k, dtype_name, min_sets=streams)
     sets = input_sets(stage, work)
     base = {**work.base_row(stage), "input_sets": len(sets), "passed": all(s.passed for s in sets)}
     log(f"{stage} {m}x{n}x{k} {dtype_name}: {len(sets)} input sets verified: {base['passed']}")
-    long = {**base, "run": "long", **long_run(sets, seconds, bench.gemm_flops(m, n, k), log)}
+    long = {**base, "run": "long", **long_run(sets, seconds, gemm_flops(m, n, k), log)}
     log(f"  {streams} streams ...")
     many = {**base, "run": "streams", **multi_stream(sets, streams, rounds=max(1, int(seconds // 10)))}
     for row in (long, many):

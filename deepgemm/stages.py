@@ -1,4 +1,4 @@
-"""The six stages by name, in order, and how to load their launchers."""
+"""The six stages by name, in order, how to load their launchers, and the baseline's name."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ STAGES = (
     "v4_pipeline_swizzle",
     "v5_fused",
 )
+CUBLAS = "cublas"  # the baseline, measured and profiled like a stage: cuBLAS through CuPy's a @ b
 
 
 def stage_name(short_or_full: str) -> str:

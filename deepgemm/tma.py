@@ -14,6 +14,7 @@ import cupy
 import numpy as np
 
 from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from deepgemm.model import round_up
 
 DESCRIPTOR_BYTES = 128
 MAX_BOX_ROWS = 256  # a TMA box has at most 256 elements along each dimension
@@ -79,7 +80,7 @@ _MAPS: dict[tuple, np.void] = {}
 
 
 def _encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # the driver API: heavy, and only the TMA stages need it
 
     spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)
     dtypes = {
@@ -133,6 +134,4 @@ def tma_store_target(out: cupy.ndarray) -> cupy.ndarray:
     if tma_describable(out):
         return out
     rows, cols = out.shape
-    per_16_bytes = 16 // out.itemsize
-    padded_cols = -(-cols // per_16_bytes) * per_16_bytes
-    return cupy.empty((rows, padded_cols), dtype=out.dtype)[:, :cols]
+    return cupy.empty((rows, round_up(cols, 16 // out.itemsize)), dtype=out.dtype)[:, :cols]

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The recording runs, ten parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3; with v5 and cuBLAS alternated six times each),
-#                                   raster, epilogue, v5_grid and v5_gpc suites, then the GPU tests
+#                                   raster and epilogue suites, the lab's v5_grid sweep, then the GPU tests
 #   scripts/h200_record.sh progression  the progression and its pairs alone, then the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
-#                                   the v5_cluster, v5_group_m and call suites
+#                                   the lab's v5_cluster and v5_group_m sweeps and the call suite
 #   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt)
 #   scripts/h200_record.sh pairs    v5 and cuBLAS alternated six times per shape and dtype, then the GPU tests
-#   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, v5 GROUP_M sweep
-#   scripts/h200_record.sh coalescer  the L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
-#   scripts/h200_record.sh gpc      where v5's persistent clusters land (gpc_placement.json), then the GPU tests
+#   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, the lab's v5_group_m sweep
+#   scripts/h200_record.sh coalescer  the lab's L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
+#   scripts/h200_record.sh gpc      the lab's map of where v5's clusters land (gpc_placement.json), then the GPU tests
 #   scripts/h200_record.sh shapes   v5 and cuBLAS from M = 1 to 8192 at N = K = 4096, FP16 (shapes.json)
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
-# Everything lands in results/h200/ (and is copied to $OUT when set).
+# Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The device gets the work tree without .git: pass the commit, e.g. DEEPGEMM_COMMIT=$(git rev-parse HEAD)
@@ -22,7 +22,7 @@ part=${1:-bench}
 gpu_tests() {  # the whole suite on the GPU, its tail kept with the GPU, date and commit
   echo "# python3 -m pytest tests on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" > results/h200/gpu_tests.txt
-  timeout 420 python3 -m pytest tests -q -rfE -p no:cacheprovider 2>&1 | tail -40 | tee -a results/h200/gpu_tests.txt
+  timeout 420 python3 -m pytest tests lab/tests -q -rfE -p no:cacheprovider 2>&1 | tail -40 | tee -a results/h200/gpu_tests.txt
 }
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
@@ -30,8 +30,7 @@ if [ "$part" = bench ]; then  # the tests last: one of them checks that the kern
   python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
   python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
   python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
-  python3 -m deepgemm bench --suite v5_grid --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
-  python3 -m deepgemm bench --suite v5_gpc --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
+  python3 -m lab sweep v5_grid --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   gpu_tests
 elif [ "$part" = progression ]; then
   python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
@@ -40,10 +39,10 @@ elif [ "$part" = pairs ]; then
   python3 -m deepgemm bench --suite pairs --shapes 4096,8192 --dtype both --record 2>&1 | tail -8
   gpu_tests
 elif [ "$part" = coalescer ]; then
-  timeout 300 python3 -m deepgemm coalescer --record 2>&1 | tail -24
+  timeout 300 python3 -m lab coalescer --record 2>&1 | tail -24
   gpu_tests
 elif [ "$part" = gpc ]; then
-  timeout 120 python3 -m deepgemm gpc --record 2>&1 | tail -6
+  timeout 120 python3 -m lab gpc --record 2>&1 | tail -6
   gpu_tests
 elif [ "$part" = shapes ]; then
   python3 -m deepgemm bench --suite shapes --shapes 1x4096x4096,16x4096x4096,64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,768x4096x4096,1024x4096x4096,2048x4096x4096,3072x4096x4096,4096x4096x4096,6144x4096x4096,8192x4096x4096 --dtype fp16 --record 2>&1 | tail -30
@@ -54,13 +53,13 @@ elif [ "$part" = tests ]; then
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
   gpu_tests
   STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
-  python3 -m deepgemm bench --suite v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
+  python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
 else
   timeout 300 python3 -m deepgemm profile --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -8
   STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh results/h200/sanitizer.txt
-  python3 -m deepgemm bench --suite v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
-  python3 -m deepgemm bench --suite v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
+  python3 -m lab sweep v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
+  python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
   python3 -m deepgemm bench --suite call --shapes 4097,1x4096x4096,129x4096x4096 --dtype fp16 --record 2>&1 | tail -12
 fi
-tar czf "$out/results_h200.tgz" results/h200  # one file back: everything this part wrote, and the rest
+tar czf "$out/results_h200.tgz" results/h200 lab/results/h200  # one file back: everything this part wrote, and the rest
 tar tzf "$out/results_h200.tgz"

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from deepgemm import bench, cli, results
+from deepgemm import bench, cli, results, timing
 from deepgemm.stages import STAGES
 
 
@@ -38,7 +38,7 @@ class FakeNvml:
 
 def test_sampler_reads_instantaneous_power_and_the_power_cap_flag():
     nvml = FakeNvml(instant_mw=698_000, average_mw=231_000, reasons=[0x4, 0x4, 0x4 | 0x1, 0x0])
-    sampler = bench.PowerSampler(nvml, handle="gpu0")
+    sampler = timing.PowerSampler(nvml, handle="gpu0")
     for _ in range(4):
         sampler.sample()
     assert sampler.median_power() == pytest.approx(698.0)  # not the one-second average
@@ -50,7 +50,7 @@ def test_sampler_reads_instantaneous_power_and_the_power_cap_flag():
 
 def test_sampler_falls_back_to_the_average_where_the_field_is_missing():
     nvml = FakeNvml(instant_mw=None, average_mw=231_000, reasons=[0x0])
-    sampler = bench.PowerSampler(nvml, handle="gpu0")
+    sampler = timing.PowerSampler(nvml, handle="gpu0")
     sampler.sample()
     assert sampler.median_power() == pytest.approx(231.0)
     assert sampler.capped_pct() == 0.0
@@ -61,7 +61,7 @@ def test_sampler_leaves_the_flag_out_where_the_driver_does_not_report_it():
         def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
             raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
 
-    sampler = bench.PowerSampler(NoReasons(instant_mw=650_000, average_mw=0, reasons=[]), handle="gpu0")
+    sampler = timing.PowerSampler(NoReasons(instant_mw=650_000, average_mw=0, reasons=[]), handle="gpu0")
     sampler.sample()
     assert sampler.median_power() == pytest.approx(650.0)
     assert sampler.capped_pct() is None
@@ -115,13 +115,13 @@ def test_a_progression_run_ends_with_v5_and_cublas_alternated(monkeypatch):
         return _pair_rows([1.0] * pairs)
 
     monkeypatch.setattr(bench, "bench_pairs", fake_pairs)
-    rows = cli._run_pairs(STAGES, _bench_args())
+    rows = cli.run_pairs(STAGES, _bench_args())
     assert calls == [("v5_fused", m, d, 6) for m in (4096, 8192) for d in ("fp16", "bf16")]
     assert len(rows) == 4 * 6 * 2
     # Other suites, --pairs 0, or a run without v5 alternate nothing.
-    assert cli._run_pairs(STAGES, _bench_args(suite="v5_grid")) == []
-    assert cli._run_pairs(STAGES, _bench_args(pairs=0)) == []
-    assert cli._run_pairs(("v0_naive", "v4_pipeline_swizzle"), _bench_args()) == []
+    assert cli.run_pairs(STAGES, _bench_args(suite="raster")) == []
+    assert cli.run_pairs(STAGES, _bench_args(pairs=0)) == []
+    assert cli.run_pairs(("v0_naive", "v4_pipeline_swizzle"), _bench_args()) == []
     assert len(calls) == 4
 
 
@@ -129,9 +129,9 @@ def test_without_a_gpu_the_progression_shows_the_pairs_of_its_own_run_only(monke
     prov = {"gpu": "H200", "driver": "580", "cuda": "13.2", "date": "2026-11-30", "commit": "abc", "command": "bench"}
     progression = {"provenance": prov, "rows": [{**r, "tflops": 1.0} for r in _pair_rows([1.0])]}
     records = {"progression": progression, "pairs": {"provenance": prov, "rows": _pair_rows([1.01, 0.99, 1.03])}}
-    monkeypatch.setattr(results, "load", lambda name: records[name])
-    cli.show_recorded("progression")
+    monkeypatch.setattr(results, "load", lambda name, *_, **__: records[name])
+    cli.show_recorded_suite("progression")
     assert "alternated in the same run" in capsys.readouterr().out
     records["pairs"] = {"provenance": {**prov, "date": "2026-11-29"}, "rows": records["pairs"]["rows"]}
-    cli.show_recorded("progression")
+    cli.show_recorded_suite("progression")
     assert "alternated" not in capsys.readouterr().out

@@ -48,8 +48,8 @@ def test_every_bench_suite_is_dispatched():
     from deepgemm import cli
 
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
-        cli._run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
-    assert set(cli.CONFIG_SWEEPS) | {"progression", "epilogue", "call", "pairs", "shapes"} == set(cli.SUITES)
+        cli.run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
+    assert {"progression", "raster", "epilogue", "call", "pairs", "shapes"} == set(cli.SUITES)
 
 
 def test_value_reads_core_fields_and_extra_knobs_by_define_name():
@@ -60,31 +60,3 @@ def test_value_reads_core_fields_and_extra_knobs_by_define_name():
     for missing in ("BLOCK_N", "CLUSTER_M"):
         with pytest.raises(ValueError, match=f"no knob {missing}"):
             cfg.value(missing)
-
-
-def test_launch_knobs_are_not_compiled_into_the_kernel():
-    from stages.v5_fused.launch import DEFAULTS
-
-    assert DEFAULTS.value("BALANCED_ROUNDS") == 1
-    assert "BALANCED_ROUNDS" not in DEFAULTS.defines()
-    assert DEFAULTS.defines()["CLUSTER_M"] == 2
-
-
-@pytest.mark.parametrize(
-    ("tiles", "slots", "workers"),
-    [
-        (512, 132, 128),  # 4096^3, one CTA per tile of 128 x 256: 4 rounds either way
-        (256, 66, 64),  # the same in clusters of two: 64 clusters, 128 CTAs
-        (1024, 66, 64),  # 8192^3 in clusters: 16 rounds either way (15.5 with 66)
-        (100, 132, 100),  # fewer tiles than SMs: one tile each
-        (133, 132, 67),  # one tile too many: two rounds, so half the SMs suffice
-        (132, 132, 132),
-        (1, 66, 1),
-    ],
-)
-def test_balanced_workers_keep_the_round_count_and_fill_every_round(tiles, slots, workers):
-    from deepgemm.launch import balanced_workers, ceil_div
-
-    assert balanced_workers(tiles, slots) == workers
-    assert ceil_div(tiles, workers) == ceil_div(tiles, slots)  # no extra round
-    assert workers <= slots

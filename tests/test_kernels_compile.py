@@ -6,23 +6,28 @@ from __future__ import annotations
 import re
 
 import pytest
-from kernels import PORTABLE_STAGES, TENSOR_CORE_STAGES, compiled, launcher_defines, sass
+from kernels import (
+    PORTABLE_STAGES,
+    TENSOR_CORE_STAGES,
+    V5_AWAITS_LAUNCH_FACTS,
+    awaiting_v5,
+    block_threads,
+    compiled,
+    launcher_defines,
+    sass,
+)
 
+from deepgemm import stages
+from deepgemm.config import GemmConfig, tile_smem_bytes
 from deepgemm.stages import STAGES
 
 MAX_REGISTERS = 255  # the per-thread hardware limit; beyond it ptxas spills
 REGISTER_FILE = 65536  # 32-bit registers per SM: a block's threads x registers must fit
-THREADS = {  # threads per block of each stage's default config, as its launcher launches it
-    "v0_naive": 256,
-    "v1_tiled": 256,
-    "v2_mma_sync": 256,
-    "v3_wgmma_tma": 256,
-    "v4_pipeline_swizzle": 384,
-    "v5_fused": 384,
-}
+SMEM_PER_BLOCK = 227 * 1024  # what one block may opt in to on Hopper (dynamic + static)
 
 BUILDS = [(s, bf16, "sm_90a") for s in STAGES for bf16 in (False, True)]
 BUILDS += [(s, bf16, "sm_80") for s in PORTABLE_STAGES for bf16 in (False, True)]
+BUILDS = [pytest.param(*b, marks=V5_AWAITS_LAUNCH_FACTS) if b[0] == "v5_fused" else b for b in BUILDS]
 
 
 @pytest.mark.parametrize(("stage", "bf16", "arch"), BUILDS)
@@ -31,7 +36,32 @@ def test_compiles_without_spills(stage, bf16, arch):
     assert report.spill_stores == 0 and report.spill_loads == 0, report.log
     assert report.stack_bytes == 0, f"{stage} keeps an array in local memory:\n{report.log}"
     assert 0 < report.registers <= MAX_REGISTERS
-    assert report.registers * THREADS[stage] <= REGISTER_FILE, f"{stage} cannot fit one block per SM"
+    threads = block_threads(stage, report)
+    assert report.registers * threads <= REGISTER_FILE, f"{stage} cannot fit one block of {threads} threads per SM"
+
+
+# What the TMA stages' launch facts must come to, worked out from the config: threads are warpgroups of 128,
+# and dynamic shared memory is the pipeline's stages, then v5's staging of C for its TMA stores (2 consumer
+# warpgroups x 4 warps x 2 boxes of 16 rows x 128 bytes), then 1024 bytes of slack to align to 1024.
+WARPGROUPS = {"v3_wgmma_tma": 2, "v4_pipeline_swizzle": 3, "v5_fused": 3}
+STORE_STAGING_BYTES = {"v3_wgmma_tma": 0, "v4_pipeline_swizzle": 0, "v5_fused": 2 * 4 * 2 * 16 * 128}
+ALIGNMENT_SLACK_BYTES = 1024
+
+
+@pytest.mark.parametrize("num_stages", [2, 3, 4])
+@pytest.mark.parametrize("stage", [awaiting_v5(s) for s in TENSOR_CORE_STAGES])
+def test_tma_stages_export_the_threads_and_shared_memory_they_launch_with(stage, num_stages):
+    cfg = GemmConfig(num_stages=num_stages).merged_over(stages.load(stage).DEFAULTS)
+    report = compiled(stage, launcher_defines(stage, False, NUM_STAGES=num_stages))
+    facts = report.launch_facts()
+    assert facts.threads == 128 * WARPGROUPS[stage]
+    assert facts.smem_bytes == tile_smem_bytes(cfg) + STORE_STAGING_BYTES[stage] + ALIGNMENT_SLACK_BYTES
+    assert facts.smem_bytes + report.static_smem_bytes <= SMEM_PER_BLOCK
+
+
+def test_stages_without_tma_export_no_launch_facts():
+    with pytest.raises(KeyError, match="no symbol LAUNCH_THREADS"):
+        compiled("v2_mma_sync", launcher_defines("v2_mma_sync", False)).launch_facts()
 
 
 @pytest.mark.parametrize("stage", TENSOR_CORE_STAGES)

@@ -3,7 +3,7 @@
 import pytest
 
 from deepgemm import profile
-from deepgemm.cli import _profiled
+from deepgemm.cli import profiled_stages
 from deepgemm.stages import STAGES
 
 
@@ -40,11 +40,11 @@ def test_profile_needs_ncu(monkeypatch):
 
 
 def test_the_profiled_list_takes_cublas_beside_the_stages():
-    assert _profiled("v5,cublas") == ["v5_fused", "cublas"]
-    assert _profiled("cublas") == ["cublas"]
-    assert _profiled("all") == list(STAGES)
+    assert profiled_stages("v5,cublas") == ["v5_fused", "cublas"]
+    assert profiled_stages("cublas") == ["cublas"]
+    assert profiled_stages("all") == list(STAGES)
     with pytest.raises(ValueError, match="unknown stage"):
-        _profiled("v9,cublas")
+        profiled_stages("v9,cublas")
 
 
 def test_parsed_csv_keeps_the_kernel_name_and_our_metric_names():

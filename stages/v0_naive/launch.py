@@ -13,12 +13,18 @@ import numpy as np
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div
+from deepgemm.launch import KernelLaunch
+from deepgemm.model import ceil_div
 from deepgemm.operands import check_problem, leading_dim, require_gpu
 
 STAGE = "v0_naive"
 MIN_CC = (8, 0)
 DEFAULTS = GemmConfig(extra={"BLOCK_X": 32, "BLOCK_Y": 8})  # a warp along N, 256 threads
+
+
+def threads(cfg: GemmConfig) -> int:
+    """Threads per block: a BLOCK_X x BLOCK_Y block, one thread per element of C."""
+    return cfg.value("BLOCK_X") * cfg.value("BLOCK_Y")
 
 
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:

@@ -13,12 +13,18 @@ import numpy as np
 from deepgemm.config import GemmConfig, require_multiple
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div
+from deepgemm.launch import KernelLaunch
+from deepgemm.model import ceil_div
 from deepgemm.operands import check_problem, k_major_operands, leading_dim, require_gpu
 
 STAGE = "v1_tiled"
 MIN_CC = (8, 0)
 DEFAULTS = GemmConfig(block_m=128, block_n=128, block_k=32, extra={"THREAD_M": 8, "THREAD_N": 8})
+
+
+def threads(cfg: GemmConfig) -> int:
+    """Threads per block: each owns a THREAD_M x THREAD_N register tile of the BLOCK_M x BLOCK_N tile."""
+    return (cfg.value("BLOCK_M") // cfg.value("THREAD_M")) * (cfg.value("BLOCK_N") // cfg.value("THREAD_N"))
 
 
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
@@ -28,12 +34,11 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_multiple(cfg, "BLOCK_K", 8, "one 16-byte load holds 8 elements of K")
     for tile, thread in (("BLOCK_M", "THREAD_M"), ("BLOCK_N", "THREAD_N")):
         require_multiple(cfg, tile, cfg.value(thread), f"each thread owns {thread} rows/columns")
-    threads = (cfg.value("BLOCK_M") // cfg.value("THREAD_M")) * (cfg.value("BLOCK_N") // cfg.value("THREAD_N"))
     a_k, b_k, k = k_major_operands(p)
     kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})
     args = (a_k, b_k, p.out, *(np.int32(v) for v in (p.m, p.n, k, *map(leading_dim, (a_k, b_k, p.out)))))
     grid = (ceil_div(p.n, cfg.value("BLOCK_N")), ceil_div(p.m, cfg.value("BLOCK_M")))
-    return KernelLaunch(kernel, grid, (threads,), args, p.out, keep_alive=(a_k, b_k))
+    return KernelLaunch(kernel, grid, (threads(cfg),), args, p.out, keep_alive=(a_k, b_k))
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:

@@ -13,12 +13,18 @@ import numpy as np
 from deepgemm.config import GemmConfig, require_in, require_multiple, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, ceil_div, require_smem
+from deepgemm.launch import KernelLaunch, require_smem
+from deepgemm.model import ceil_div
 from deepgemm.operands import check_problem, k_major_operands, leading_dim, require_gpu
 
 STAGE = "v2_mma_sync"
 MIN_CC = (8, 0)
 DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=32, num_stages=4, extra={"WARPS_M": 2, "WARPS_N": 4})
+
+
+def threads(cfg: GemmConfig) -> int:
+    """Threads per block: a WARPS_M x WARPS_N grid of warps."""
+    return 32 * cfg.value("WARPS_M") * cfg.value("WARPS_N")
 
 
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:
@@ -33,8 +39,9 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     kernel = get_kernel(STAGE, {**cfg.defines(), **dtype_defines(p.a.dtype)})
     args = (a_k, b_k, p.out, *(np.int32(v) for v in (p.m, p.n, k, *map(leading_dim, (a_k, b_k, p.out)))))
     grid = (ceil_div(p.n, cfg.value("BLOCK_N")), ceil_div(p.m, cfg.value("BLOCK_M")))
-    threads = 32 * cfg.value("WARPS_M") * cfg.value("WARPS_N")
-    return KernelLaunch(kernel, grid, (threads,), args, p.out, shared_mem=tile_smem_bytes(cfg), keep_alive=(a_k, b_k))
+    return KernelLaunch(
+        kernel, grid, (threads(cfg),), args, p.out, shared_mem=tile_smem_bytes(cfg), keep_alive=(a_k, b_k)
+    )
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:

@@ -57,6 +57,10 @@ constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's fu
 constexpr int SWIZZLE_ROW_BYTES = 64;                     // one box row = one 64-byte swizzle row
 constexpr int K_STEPS_PER_BOX = BOX_K / 16;               // wgmma k16 steps inside one box row
 
+// Launch facts the launcher reads back from the compiled module (dynamic smem: + 1024 of alignment slack).
+extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
+extern "C" __device__ const int LAUNCH_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + 1024;
+
 static_assert(BLOCK_M == 2 * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 128, "the wgmma below is m64n128k16");
 static_assert(BOX_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES, "a box row is one 64-byte swizzle row");

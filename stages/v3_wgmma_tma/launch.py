@@ -15,7 +15,6 @@ from deepgemm.operands import check_problem, require_gpu
 
 STAGE = "v3_wgmma_tma"
 MIN_CC = (9, 0)
-THREADS = 256  # two consumer warpgroups, 64 rows of wgmma m64 each
 SWIZZLE_BYTES = 64  # 64-byte swizzle: 64-byte wide boxes in the layout wgmma reads without bank conflicts
 DEFAULTS = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=2, extra={"BOX_K": 32})
 
@@ -28,7 +27,7 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_in(cfg, "BLOCK_N", (128,), "the kernel issues wgmma m64n128k16")
     require_in(cfg, "BOX_K", (32,), "a box row is one 64-byte swizzle row")
     require_multiple(cfg, "BLOCK_K", 32, "whole boxes of 32 elements")
-    return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=SWIZZLE_BYTES, threads=THREADS)
+    return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=SWIZZLE_BYTES)
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:

@@ -66,6 +66,10 @@ constexpr int SWIZZLE_ROW_BYTES = 128;                    // one tile row = one 
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
 
+// Launch facts the launcher reads back from the compiled module (dynamic smem: + 1024 of alignment slack).
+extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
+extern "C" __device__ const int LAUNCH_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + 1024;
+
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,

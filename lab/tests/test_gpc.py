@@ -1,16 +1,11 @@
-"""The GPC map and v5's slot table: grouping, the slot permutation, the kernel parameter's layout."""
+"""The GPC map and the slot order it gives: grouping, the slot permutation, the placement record."""
 
 import random
-import re
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from deepgemm import gpc
-from deepgemm.config import GemmConfig
-
-V5_KERNEL = Path(__file__).resolve().parent.parent / "stages" / "v5_fused" / "kernel.cu"
+from deepgemm.jit import compile_file_report
+from lab import RESULTS_DIR, cli, gpc
 
 
 def _tiles_of_each_group(cluster_group, slots, band_rows):
@@ -34,7 +29,6 @@ def test_slots_are_a_permutation_whatever_the_map(seed):
 
 def test_without_a_map_the_slots_are_the_plain_order():
     assert gpc.slot_order(list(range(64)), band_rows=1) == list(range(64))
-    assert bytes(gpc.identity_slots(3))[:8] == np.array([0, 1, 2, 0], dtype="<u2").tobytes()
 
 
 def test_gpc_mates_take_one_row_of_the_round():
@@ -56,32 +50,7 @@ def test_groups_too_small_for_a_row_share_it_in_order():
     assert sorted(tiles[9]) == [(0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
 
 
-def test_the_slot_table_is_the_kernels_parameter():
-    source = V5_KERNEL.read_text()
-    assert int(re.search(r"constexpr int MAX_CLUSTERS = (\d+);", source).group(1)) == gpc.MAX_CLUSTERS
-    assert "unsigned short slot[MAX_CLUSTERS];" in source
-    table = gpc.slot_table([2, 0, 1])
-    assert table.dtype.itemsize == 2 * gpc.MAX_CLUSTERS
-    assert np.frombuffer(bytes(table), dtype="<u2")[:4].tolist() == [2, 0, 1, 0]
-
-
-def test_a_slot_table_that_would_skip_or_repeat_tiles_is_refused():
-    with pytest.raises(ValueError, match="must be a permutation"):
-        gpc.slot_table([0, 0, 2])
-    with pytest.raises(ValueError, match="exceed the slot table"):
-        gpc.slot_table(range(gpc.MAX_CLUSTERS + 1))
-
-
-def test_gpc_slots_is_a_launch_knob_not_a_define():
-    from stages.v5_fused.launch import DEFAULTS
-
-    assert DEFAULTS.value("GPC_SLOTS") == 1
-    assert "GPC_SLOTS" not in GemmConfig().merged_over(DEFAULTS).defines()
-
-
 def test_the_map_kernel_compiles_for_sm_90a():
-    from deepgemm.jit import compile_file_report
-
     report = compile_file_report(gpc.SOURCE, "gpc", {"CLUSTER_SIZE": 16})
     assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
 
@@ -110,8 +79,6 @@ def test_placement_lines_say_how_many_gpcs_share_a_row_of_tiles():
 
 
 def test_without_a_gpu_the_gpc_command_prints_the_recorded_placement(monkeypatch, capsys):
-    from deepgemm import cli
-
     monkeypatch.setattr(cli, "gpu_available", lambda: False)
     assert cli.main(["gpc"]) == 0
     out = capsys.readouterr().out
@@ -121,8 +88,20 @@ def test_without_a_gpu_the_gpc_command_prints_the_recorded_placement(monkeypatch
 def test_the_recorded_placement_is_a_permutation_per_grid_and_one_cta_per_sm():
     from deepgemm import results
 
-    rows = results.load("gpc_placement")["rows"]
+    rows = results.load("gpc_placement", RESULTS_DIR)["rows"]
     for clusters in gpc.PLACEMENT_GRIDS:
         grid = [r for r in rows if r["grid_clusters"] == clusters]
         assert sorted(r["slot"] for r in grid) == list(range(clusters))
         assert len({sm for r in grid for sm in r["sms"]}) == 2 * clusters
+
+
+@pytest.mark.gpu
+def test_the_v5_grid_at_4096_lands_the_same_way_twice_with_each_cluster_in_one_gpc():
+    import cupy
+
+    placed = gpc.cluster_sms(2, 64)
+    assert len({sm for cluster in placed for sm in cluster}) == 128, f"two CTAs shared an SM: {placed}"
+    cluster_group = gpc.cluster_groups(cupy.cuda.Device().id, 64, 2)
+    assert cluster_group is not None, "the 64-cluster grid landed differently in two launches"
+    slots = gpc.slot_order(cluster_group, band_rows=8)
+    assert sorted(slots) == list(range(64))

@@ -1,20 +1,12 @@
-"""Shared fixtures: GPU detection for the `gpu` marker."""
+"""The `gpu` marker for tests/ and lab/tests/: a test that needs a CUDA GPU skips cleanly without one."""
 
 from __future__ import annotations
 
 import pytest
 
+from deepgemm.runner import gpu_available
 
-def _gpu_count() -> int:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
-
-
-HAVE_GPU = _gpu_count() > 0
+HAVE_GPU = gpu_available()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,14 +1,14 @@
 """The L2 request coalescer, probed: whose identical reads does it merge, and for how long?
 
 Before a read reaches an L2 slice, the coalescer in front of it may merge it with an identical request
-still in flight; cuBLAS's GEMM gets much of its low L2 traffic that way (v5's README). This probe asks
+still in flight; cuBLAS's GEMM gets much of its low L2 traffic that way (lab/README.md). This probe asks
 the rule. Two CTAs on chosen SMs stream the same 2 MB with bulk TMA copies after a common start line, the
 rest of the GPU idle, and Nsight Compute counts the read sectors their requests name and those the
 coalescer merged. The second reader may start a chosen number of cycles late, and the data may come
 from L2 (read once just before) or from DRAM (ncu flushes the caches first).
 
 Which SMs share a GPC, CUDA does not say. The probe learns it from where the hardware places the CTAs of
-large clusters (`deepgemm/gpc.py`): a cluster never spans two GPCs. SMs that no cluster covered stay alone.
+large clusters (`lab/gpc.py`): a cluster never spans two GPCs. SMs that no cluster covered stay alone.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from deepgemm import gpc
-from deepgemm.gpc import HOLD_SMEM_BYTES, group_index
+import cupy
+
+from deepgemm.jit import BASE_OPTIONS, device_arch
+from deepgemm.profile import ncu_binary, parse_ncu_rows, run_ncu
+from lab import gpc
+from lab.gpc import HOLD_SMEM_BYTES, group_index
 
 SOURCE = Path(__file__).with_name("coalescer.cu")
 CHUNK_BYTES = 16 * 1024  # one bulk copy
@@ -98,10 +102,6 @@ def summary_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 @cache
 def _function(name: str) -> Any:
-    import cupy
-
-    from deepgemm.jit import BASE_OPTIONS, device_arch
-
     options = (f"-arch={device_arch()}", *BASE_OPTIONS)
     kernel = cupy.RawModule(code=SOURCE.read_text(), options=options, backend="nvrtc").get_function(name)
     kernel.max_dynamic_shared_size_bytes = HOLD_SMEM_BYTES
@@ -111,8 +111,6 @@ def _function(name: str) -> Any:
 def run_pairs(plan: Sequence[dict[str, int]], warm: bool) -> list[dict[str, int]]:
     """Launch the two readers for each planned pair (after reading the bytes into L2 when `warm`); return
     each pair with the cycles its two readers took, as a check that both ran."""
-    import cupy
-
     sm_count = gpc.sm_count()
     src = cupy.random.RandomState(0).randint(0, 2**30, size=CHUNKS * CHUNK_BYTES // 4, dtype=cupy.int32)
     counter = cupy.zeros(1, dtype=cupy.uint32)
@@ -138,11 +136,9 @@ def run_pairs(plan: Sequence[dict[str, int]], warm: bool) -> list[dict[str, int]
 
 def profile_pairs(plan: Sequence[dict[str, int]], data: str, timeout_s: float = 300) -> list[dict[str, Any]]:
     """ncu over `run_pairs` in a subprocess, one profiled launch of the readers per planned pair."""
-    from deepgemm.profile import ncu_binary, parse_ncu_rows, run_ncu
-
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(list(plan), handle)
-    target = [sys.executable, "-m", "deepgemm", "coalescer", "--run-plan", handle.name]
+    target = [sys.executable, "-m", "lab", "coalescer", "--run-plan", handle.name]
     command = [
         ncu_binary(), "--cache-control", DATA_SOURCES[data], "--clock-control", "none", "--csv", "--page", "raw",
         "--kernel-name", "twin_reads", "--metrics", ",".join(METRICS.values()),

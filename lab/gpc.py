@@ -1,17 +1,18 @@
-"""Which SMs share a GPC, where a persistent grid's clusters land, and the tile slots that follow from it.
+"""Which SMs share a GPC, where a persistent grid's clusters land, and the tile slots that would follow.
 
 An H200's 132 SMs sit in 8 GPCs (graphics processing clusters). Identical reads from SMs of one GPC that
 arrive close together are merged by the L2 request coalescer before they reach a slice (the coalescer
-probe, `deepgemm/coalescer.py`, measures it); reads from different GPCs are not. CUDA does not say which
+probe, `lab/coalescer.py`, measures it); reads from different GPCs are not. CUDA does not say which
 SMs share a GPC, but a CTA cluster never spans two, so launching clusters that fill the GPU (one CTA per
 SM) and recording `%smid` tells. SMs that no cluster placed together stay groups of their own: a map
 that is too fine only costs merges, never correctness.
 
-v5 uses the map for its tile order. Its persistent clusters take the tiles of a round in slot order:
-cluster c takes slot `slot[c]` of every round. With the identity, GPC-mates take tiles scattered over
-the round; `slot_order` gives them neighbouring tiles instead, a run along one row of tiles, so their
-reads of that row's A block meet in their GPC's coalescer. Whatever the map says, the slots are a permutation of the
-clusters, so every tile is computed exactly once even where the hardware places the clusters elsewhere.
+A tile order can use the map. v5's persistent clusters take the tiles of a round in launch order, so
+GPC-mates take tiles scattered over the round; with a slot table (cluster c takes slot `slot[c]` of every
+round) `slot_order` gives them neighbouring tiles instead, a run along one row of tiles, so that their reads
+of that row's A block meet in their GPC's coalescer. The slots are a permutation of the clusters, so every
+tile would be computed exactly once even where the hardware placed the clusters elsewhere. The record
+`v5_gpc.json` measured such a table in v5 (0.3 to 1.8%); v5 does not carry one (see lab/README.md).
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import cupy
+
+from deepgemm.jit import BASE_OPTIONS, define_options, device_arch
+from deepgemm.launch import device_limits
+from deepgemm.model import ceil_div
 
 SOURCE = Path(__file__).with_name("gpc.cu")
 HOLD_SMEM_BYTES = 200 * 1024  # more than half an SM's shared memory: at most one CTA per SM
 PORTABLE_CLUSTER = 8  # larger clusters need the non-portable attribute (Hopper allows 16)
 MAP_CLUSTER_SIZES = (16, 8, 4)  # the cluster sizes whose placements map the GPCs
-MAX_CLUSTERS = 256  # entries in v5's slot table (its ClusterSlots parameter)
 SLOT_BLOCK_ROWS = 1  # GPC-mates take a run of one row of tiles (measured best of 1, 2 and 4 rows)
 
 
@@ -84,39 +88,20 @@ def slot_order(cluster_group: Sequence[int], band_rows: int, block_rows: int = S
     return slot
 
 
-def slot_table(slot: Sequence[int]) -> np.void:
-    """The kernel's ClusterSlots parameter: MAX_CLUSTERS 16-bit slots, the unused ones zero."""
-    if sorted(slot) != list(range(len(slot))):
-        raise ValueError(f"cluster slots must be a permutation of 0..{len(slot) - 1}: {list(slot)}")
-    if len(slot) > MAX_CLUSTERS:
-        raise ValueError(f"{len(slot)} clusters exceed the slot table's {MAX_CLUSTERS} entries")
-    table = np.zeros(MAX_CLUSTERS, dtype=np.uint16)
-    table[: len(slot)] = slot
-    return np.frombuffer(table.tobytes(), dtype=np.dtype((np.void, table.nbytes)))[0]
-
-
 # ---- on the GPU ---------------------------------------------------------------------------------------
 
 
 def sm_count() -> int:
-    import cupy
-
-    from deepgemm.launch import device_limits
-
     return device_limits(cupy.cuda.Device().id)["sm_count"]
 
 
 @cache
 def _where_am_i(cluster_size: int) -> Any:
-    import cupy
-
-    from deepgemm.jit import BASE_OPTIONS, define_options, device_arch
-
     options = (f"-arch={device_arch()}", *BASE_OPTIONS, *define_options({"CLUSTER_SIZE": cluster_size}))
     kernel = cupy.RawModule(code=SOURCE.read_text(), options=options, backend="nvrtc").get_function("where_am_i")
     kernel.max_dynamic_shared_size_bytes = HOLD_SMEM_BYTES
     if cluster_size > PORTABLE_CLUSTER:
-        from cuda.bindings import driver
+        from cuda.bindings import driver  # the driver API, needed only for clusters over the portable 8
 
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
         (err,) = driver.cuFuncSetAttribute(driver.CUfunction(kernel.kernel.ptr), attribute, 1)
@@ -127,8 +112,6 @@ def _where_am_i(cluster_size: int) -> Any:
 
 def cluster_sms(cluster_size: int, clusters: int) -> list[list[int]]:
     """The SMs each of `clusters` clusters of `cluster_size` CTAs lands on, one CTA per SM, all at once."""
-    import cupy
-
     kernel = _where_am_i(cluster_size)
     grid = clusters * cluster_size
     sm_of_block = cupy.full(grid, -1, dtype=cupy.int32)
@@ -157,8 +140,6 @@ def gpc_groups(
 ) -> list[list[int]]:
     """Groups of SMs that share a GPC, from where two waves of clusters of each size land (probed once
     per GPU) and any `placed` clusters already seen."""
-    import cupy
-
     seen = [*_map_placements(cupy.cuda.Device().id, tuple(cluster_sizes)), *placed]
     if not seen:
         raise RuntimeError("no cluster size could be launched: the GPC map is unknown")
@@ -183,33 +164,7 @@ def cluster_groups(device_id: int, clusters: int, cluster_size: int) -> tuple[in
     return tuple(groups) if first == second else None
 
 
-def cluster_slots(clusters: int, cluster_size: int, band_rows: int) -> np.void:
-    """v5's slot table for its persistent grid: GPC-mates on neighbouring tiles where the placement is
-    known and repeatable, the identity (the plain grouped order) where it is not. Built once per GPU and
-    grid: a library call plans on every call, and this is on its host path."""
-    import cupy
-
-    return _cluster_slots(cupy.cuda.Device().id, clusters, cluster_size, band_rows)
-
-
-@cache
-def _cluster_slots(device_id: int, clusters: int, cluster_size: int, band_rows: int) -> np.void:
-    import cupy
-
-    try:
-        groups = cluster_groups(device_id, clusters, cluster_size)
-    except (RuntimeError, cupy.cuda.driver.CUDADriverError):
-        groups = None
-    return identity_slots(clusters) if groups is None else slot_table(slot_order(groups, band_rows))
-
-
-@cache
-def identity_slots(clusters: int) -> np.void:
-    """The slot table of the plain grouped order: cluster c takes slot c of every round."""
-    return slot_table(range(clusters))
-
-
-# ---- what the launcher decided, as a record -----------------------------------------------------------
+# ---- where the clusters landed, as a record -----------------------------------------------------------
 
 PLACEMENT_GRIDS = (64, 66)  # v5's persistent grids on the H200: full rounds (the default) and one CTA per SM
 PLACEMENT_BAND_ROWS = 8  # v5's default band: GROUP_M 16 tile rows = 8 cluster rows
@@ -218,7 +173,7 @@ PLACEMENT_BAND_ROWS = 8  # v5's default band: GROUP_M 16 tile rows = 8 cluster r
 def round_groups(cluster_group: Sequence[int], slots: Sequence[int], band_rows: int) -> list[list[int]]:
     """The group of the cluster that computes each tile of one round: rows of tiles, in the grouped order's
     layout (slot p at row p % band_rows, column p // band_rows)."""
-    columns = -(-len(slots) // band_rows)
+    columns = ceil_div(len(slots), band_rows)
     grid = [[-1] * columns for _ in range(band_rows)]
     for cluster, slot in enumerate(slots):
         grid[slot % band_rows][slot // band_rows] = cluster_group[cluster]
@@ -233,7 +188,7 @@ def groups_per_row(grid: Sequence[Sequence[int]]) -> float:
 
 def placement_rows(clusters: int, cluster_size: int = 2, band_rows: int = PLACEMENT_BAND_ROWS) -> list[dict[str, Any]]:
     """One row per cluster of a persistent grid of `clusters`: the SMs it landed on in two launches, its
-    GPC group and the slot the launcher gives it (the identity when the two launches differ)."""
+    GPC group and the slot `slot_order` gives it (the identity when the two launches differ)."""
     first, second, groups = probe_placement(clusters, cluster_size)
     repeatable = first == second
     slots = slot_order(groups, band_rows) if repeatable else list(range(clusters))

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from deepgemm import coalescer, gpc, profile
+from deepgemm import profile, results
 from deepgemm.jit import compile_file_report
+from lab import cli, coalescer, gpc
 
 LRC = coalescer.METRICS
 
@@ -120,13 +121,46 @@ def test_the_summary_names_the_sweeps_and_which_partners_merged():
 
 
 def test_without_a_gpu_the_command_prints_the_record(monkeypatch, capsys):
-    from deepgemm import cli, results
-
     monkeypatch.setattr(cli, "gpu_available", lambda: False)
-    command = "python -m deepgemm coalescer --record"
+    command = "python -m lab coalescer --record"
     provenance = {"gpu": "H200", "driver": "d", "cuda": "c", "date": "2026", "commit": "0" * 40, "command": command}
     record = {"provenance": provenance, "rows": _recorded_like_rows()}
-    monkeypatch.setattr(results, "load", lambda name: record)
+    monkeypatch.setattr(results, "load", lambda name, *_, **__: record)
     assert cli.main(["coalescer"]) == 0
     out = capsys.readouterr().out
     assert "RECORDED" in out and "same start" in out and "coalescer --record" in out
+
+
+def coalescer_rows() -> list[dict]:
+    """As the probe plans them: every partner at delay 0, then a delay sweep for SM 1; in L2 and DRAM."""
+    rows = []
+    for data, late_share in (("L2", 0.0), ("DRAM", 0.8)):
+        for sm, same in ((1, True), (2, False), (16, True)):
+            rows.append({"sm_a": 0, "sm_b": sm, "delay": 0, "data": data, "same_gpc": same,
+                         "second_reader_merged": (1.0 if same else 0.0) if data == "DRAM" else 0.5})  # fmt: skip
+        rows.append({"sm_a": 0, "sm_b": 1, "delay": 200, "data": data, "same_gpc": True,
+                     "second_reader_merged": late_share})  # fmt: skip
+    return rows
+
+
+def test_coalescer_plot_shows_every_partner_and_the_delay_sweeps(lab_figures):
+    fig = lab_figures.coalescer_plot(coalescer_rows())
+    partner_ax, delay_ax = fig.axes
+    from matplotlib.patches import Rectangle
+
+    heights = sorted(p.get_height() for p in partner_ax.patches if isinstance(p, Rectangle))
+    assert heights == [0.0, 1.0, 1.0]
+    assert sorted(tuple(line.get_ydata()) for line in delay_ax.lines) == [(0.5, 0.0), (1.0, 0.8)]
+
+
+def test_coalescer_plot_without_a_record_says_so(lab_figures):
+    assert any("no recorded coalescer" in t.get_text() for t in lab_figures.coalescer_plot([]).axes[0].texts)
+
+
+@pytest.fixture
+def lab_figures():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from lab import figures
+
+    return figures

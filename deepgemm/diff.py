@@ -1,0 +1,40 @@
+"""What a stage changes: its kernel.cu against the previous stage's, whole or as an excerpt."""
+
+from __future__ import annotations
+
+import difflib
+
+from deepgemm.jit import kernel_path
+from deepgemm.stages import STAGES, stage_name
+
+
+def kernel_diff(stage: str, against: str | None = None) -> list[str]:
+    """`diff -u` of the previous stage's kernel.cu (or `against`'s) and this stage's, as lines."""
+    new = stage_name(stage)
+    old = STAGES[STAGES.index(new) - 1] if against is None else stage_name(against)
+    old_text, new_text = (kernel_path(s).read_text().splitlines() for s in (old, new))
+    return list(difflib.unified_diff(old_text, new_text, f"{old}/kernel.cu", f"{new}/kernel.cu", lineterm=""))
+
+
+def diff_excerpt(stage: str, *keywords: str, context: int = 2, limit: int = 60) -> str:
+    """The lines of the stage's diff (`kernel_diff`) that add or remove one of `keywords` (any case), with
+    `context` lines around each; at most `limit` lines, then a note on how to see the rest."""
+    lines = kernel_diff(stage)
+    words = [w.lower() for w in keywords]
+    hits = [
+        i
+        for i, line in enumerate(lines)
+        if line[:1] in "+-"
+        and not line.startswith(("+++", "---"))
+        and (not words or any(w in line.lower() for w in words))
+    ]
+    keep = sorted({j for i in hits for j in range(max(0, i - context), min(len(lines), i + context + 1))})
+    out: list[str] = []
+    for previous, index in zip([-2, *keep], keep):
+        if index != previous + 1:
+            out.append("...")
+        out.append(lines[index])
+    if len(out) > limit:
+        out = [*out[:limit], f"... ({len(out) - limit} more lines)"]
+    out.append(f"(the whole diff: python -m deepgemm diff {stage_name(stage).split('_')[0]})")
+    return "\n".join(out)

@@ -1,0 +1,263 @@
+"""The notebooks' figures: recorded rows in, a matplotlib Figure out.
+
+Nothing else in the harness imports this module, so matplotlib (a dev dependency) is needed only where
+figures are drawn. The rows are chosen by `deepgemm.tables`, the arithmetic is `deepgemm.model`'s; each
+Figure is made outside pyplot's global state: nothing to close, shown once when a notebook cell returns it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from deepgemm import results
+from deepgemm.model import HBM_TBS, arithmetic_intensity, ridge_intensity, roof_tflops
+from deepgemm.profile import STALL_REASONS
+from deepgemm.stages import CUBLAS, STAGES
+from deepgemm.tables import (
+    Row,
+    Shape,
+    base_stage,
+    headline,
+    number,
+    rows_for,
+    shape_of,
+    stage_order,
+    stall_breakdown,
+    variant_key,
+    variant_value,
+)
+from deepgemm.timing import PEAK_CLOCK_MHZ, PEAK_TFLOPS
+
+
+def stage_color(stage: str) -> str:
+    base = base_stage(stage)
+    return "black" if stage == CUBLAS else f"C{STAGES.index(base)}" if base else "grey"
+
+
+def short_name(stage: str) -> str:
+    """'v3_wgmma_tma' -> 'v3'; 'v4_pipeline_swizzle GROUP_M=1' -> 'v4 GROUP_M=1'; anything else as it is."""
+    base = base_stage(stage)
+    return base.split("_", 1)[0] + stage[len(base) :] if base else stage
+
+
+def figure(width: float = 7.5, height: float = 4.0) -> tuple[Figure, Axes]:
+    """A Figure outside pyplot's global state: nothing to close, shown once when a cell returns it."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def empty_figure(message: str) -> Figure:
+    fig, ax = figure(6.0, 1.2)
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def progression_bars(
+    rows: Sequence[Row], dtype: str = "fp16", shape: int | Shape | None = None, *, log: bool = True
+) -> Figure:
+    """TFLOP/s per stage at one shape (default: the first recorded): one bar per stage, cuBLAS as a line,
+    the datasheet peak as a line and, on each bar, the peak at the SM clock measured while it ran."""
+    chosen = headline(rows, dtype, shape)
+    stage_rows = [row for row in chosen if row["stage"] != CUBLAS]
+    if not stage_rows:
+        return empty_figure(f"no recorded {dtype} rows")
+    peak, peak_clock = PEAK_TFLOPS, PEAK_CLOCK_MHZ
+    fig, ax = figure()
+    x = list(range(len(stage_rows)))
+    rates = [row["tflops"] for row in stage_rows]
+    bars = ax.bar(x, rates, color=[stage_color(row["stage"]) for row in stage_rows], gid="stages")
+    ax.bar_label(bars, labels=[f"{r:.1f}" for r in rates], padding=2, fontsize=8)
+    clocked = [(i, peak * row["sm_clock_mhz"] / peak_clock) for i, row in zip(x, stage_rows) if row.get("sm_clock_mhz")]
+    if clocked:
+        ax.scatter(*zip(*clocked), marker="_", s=900, color="dimgrey", label="peak at the measured SM clock")
+    for row in chosen:
+        if row["stage"] == CUBLAS:
+            ax.axhline(row["tflops"], color="black", lw=1.2, label=f"cuBLAS {row['tflops']:.1f}")
+    ax.axhline(peak, color="black", ls="--", lw=0.8, label=f"datasheet peak {peak:g}")
+    ax.set_xticks(x, [short_name(row["stage"]) for row in stage_rows])
+    ax.set_ylabel("TFLOP/s")
+    if log:
+        ax.set_yscale("log")
+    m, n, k = shape_of(stage_rows[0])
+    ax.set_ylim(top=peak * (3 if log else 1.15))
+    ax.set_title(f"{dtype} {m} x {n} x {k}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    return fig
+
+
+def roofline(
+    rows: Sequence[Row],
+    dtype: str = "fp16",
+    *,
+    profile_rows: Sequence[Row] = (),
+    peak_tflops: float | None = None,
+    bandwidth_tbs: float = HBM_TBS,
+    bytes_per_element: int = 2,
+) -> Figure:
+    """Arithmetic intensity against TFLOP/s, log-log: the compute and memory roofs, one filled point per
+    measured row (stage or cuBLAS) at the shape's best-case intensity, and, where profile rows are given,
+    one hollow point per profiled launch at the intensity of the DRAM bytes it actually read."""
+    peak = PEAK_TFLOPS if peak_tflops is None else peak_tflops
+    fig, ax = figure(7.5, 4.5)
+    ridge = ridge_intensity(peak, bandwidth_tbs)
+    xs = [0.1, ridge, 1e4]
+    ax.plot(xs, [roof_tflops(x, peak, bandwidth_tbs) for x in xs], color="black", lw=1.5, gid="roof")
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak), textcoords="offset points", xytext=(-40, 6), fontsize=8)
+    ax.text(0.12, bandwidth_tbs * 0.12 * 1.3, f"{bandwidth_tbs:g} TB/s", rotation=0, fontsize=8)
+    ax.axvline(2 / (2 * bytes_per_element), color="grey", ls=":", lw=1)
+    ax.text(2 / (2 * bytes_per_element) * 1.1, peak * 0.5, "no reuse:\nevery FMA loads\nits operands", fontsize=7)
+    chosen = sorted(rows_for(rows, dtype=dtype), key=stage_order)
+    for stage in dict.fromkeys(row["stage"] for row in chosen):
+        mine = [row for row in chosen if row["stage"] == stage]
+        ax.scatter(
+            [arithmetic_intensity(*shape_of(row), bytes_per_element) for row in mine],
+            [row["tflops"] for row in mine],
+            color=stage_color(stage),
+            marker="x" if stage == CUBLAS else "o",
+            label=short_name(stage),
+            zorder=3,
+        )
+    measured = [
+        row for row in sorted(rows_for(profile_rows, dtype=dtype), key=stage_order)
+        if number(row.get("dram_read_bytes")) and number(row.get("duration_ns"))
+    ]  # fmt: skip
+    if measured:
+        flops = [2 * math.prod(shape_of(row)) for row in measured]
+        ax.scatter(
+            [f / row["dram_read_bytes"] for f, row in zip(flops, measured)],
+            [f / row["duration_ns"] / 1e3 for f, row in zip(flops, measured)],
+            facecolors="none",
+            edgecolors=[stage_color(row["stage"]) for row in measured],
+            label="profiled: DRAM bytes read",
+            zorder=3,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.1, 1e4)
+    ax.set_ylim(0.1, peak * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{dtype}: roofline, {peak:g} TFLOP/s and {bandwidth_tbs:g} TB/s")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # outside: it hides no point
+    return fig
+
+
+def stall_bars(
+    profile_rows: Sequence[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = "fp16",
+    shape: int | Shape | None = None,
+    top: int = 4,
+) -> Figure:
+    """Stall reasons per stage as stacked horizontal bars (warps stalled per issued instruction, by reason);
+    see `stall_breakdown` for which reasons are shown."""
+    found, reasons, table = stall_breakdown(profile_rows, stages, dtype=dtype, shape=shape, top=top)
+    if not found:
+        return empty_figure("no recorded profile yet" if not profile_rows else "no profile rows for these stages")
+    palette = colormaps["tab20"]  # one colour per reason, the same in every notebook
+    fig, ax = figure(7.5, 0.9 + 0.45 * max(len(found), len(reasons) / 2))
+    y = list(range(len(found)))
+    left = [0.0] * len(found)
+    for j, reason in enumerate(reasons):
+        widths = [line[j] for line in table]
+        colour = "lightgrey" if reason == "other" else palette(STALL_REASONS.index(reason) % 20)
+        ax.barh(y, widths, left=left, color=colour, label=reason)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(y, [short_name(stage) for stage in found])
+    ax.invert_yaxis()
+    ax.set_xlabel("warps stalled per issued instruction")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    return fig
+
+
+def variant_plot(rows: Sequence[Row], dtype: str = "fp16", name: str = "GROUP_M") -> Figure:
+    """Three panels against a setting carried in the stage name (see `variant_value`): TFLOP/s, the SM clock
+    measured while it ran, and the % of the peak at that clock; one line per stage and shape."""
+    chosen = [row for row in rows_for(rows, dtype=dtype) if variant_value(row["stage"], name) is not None]
+    if not chosen:
+        return empty_figure(f"no recorded {dtype} rows with a {name} setting")
+    fig = Figure(figsize=(9.0, 3.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    values = sorted({variant_value(row["stage"], name) for row in chosen})
+    x_of = {v: i for i, v in enumerate(values)}
+    panels = (("tflops", "TFLOP/s"), ("sm_clock_mhz", "SM clock, MHz"), ("pct_peak_at_clock", "% of peak at clock"))
+    lines = dict.fromkeys(variant_key(row, name) for row in chosen)
+    for j, (stage, _, shape) in enumerate(lines):
+        mine = sorted((row for row in chosen if variant_key(row, name)[::2] == (stage, shape)),
+                      key=lambda row: variant_value(row["stage"], name))  # fmt: skip
+        xs = [x_of[variant_value(row["stage"], name)] for row in mine]
+        size = f"{shape[0]}^3" if len(set(shape)) == 1 else "x".join(map(str, shape))
+        for ax, (key, _) in zip(axes, panels):
+            ys = [number(row.get(key)) for row in mine]
+            style = {"marker": "os^D"[j % 4], "ls": "-" if j % 2 == 0 else "--", "color": stage_color(stage)}
+            ax.plot(xs, [float("nan") if y is None else y for y in ys], label=f"{short_name(stage)} {size}", **style)
+    for ax, (_, label) in zip(axes, panels):
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        ax.set_xlabel(name)
+        ax.set_title(label, fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{dtype}: tile order")
+    return fig
+
+
+def pairs_plot(rows: Sequence[Row], stage: str = "v5_fused") -> Figure:
+    """The `pairs` suite: each pair's x cuBLAS (dots) and their median (bar) per shape and dtype, and beside it
+    the SM clock each kernel ran at in every pair, so a reader sees whether a gap is cycles or clock."""
+    summary = [row for row in results.pair_summary(rows) if row["stage"] == stage]
+    if not summary:
+        return empty_figure(f"no recorded pairs of {stage} and cuBLAS")
+    fig = Figure(figsize=(9.0, 3.4), layout="constrained")
+    ratio_ax, clock_ax = fig.subplots(1, 2)
+    labels = []
+    for i, group in enumerate(summary):
+        key = (group["dtype"], group["m"], group["n"], group["k"])
+        mine = [row for row in rows if (row["dtype"], row["m"], row["n"], row["k"]) == key and "pair" in row]
+        ratios = [row["x_cublas"] for row in mine if row["stage"] == stage]
+        ratio_ax.bar(i, group["x_cublas_median"] - 1.0, bottom=1.0, color=stage_color(stage), alpha=0.35, width=0.6)
+        ratio_ax.plot([i] * len(ratios), ratios, "o", color=stage_color(stage), ms=4)
+        for name, offset, marker in ((stage, -0.15, "o"), ("cublas", 0.15, "s")):
+            clocks = [number(row.get("sm_clock_mhz")) or float("nan") for row in mine if row["stage"] == name]
+            clock_ax.plot([i + offset] * len(clocks), clocks, marker, color=stage_color(name), ms=4,
+                          label=short_name(name) if i == 0 else None)  # fmt: skip
+        size = (
+            f"{group['m']}^3" if group["m"] == group["n"] == group["k"] else f"{group['m']}x{group['n']}x{group['k']}"
+        )
+        labels.append(f"{group['dtype']}\n{size}")
+    ratio_ax.axhline(1.0, color="black", lw=0.8)
+    for ax in (ratio_ax, clock_ax):
+        ax.set_xticks(range(len(labels)), labels)
+    ratio_ax.set_title(f"{short_name(stage)} / cuBLAS per pair (bar: median)", fontsize=10)
+    clock_ax.set_title("SM clock in each pair, MHz", fontsize=10)
+    clock_ax.legend(fontsize=8)
+    return fig
+
+
+def shapes_plot(rows: Sequence[Row], stage: str = "v5_fused", dtype: str = "fp16") -> Figure:
+    """The `shapes` suite: TFLOP/s of a stage and cuBLAS against M (log scale), and their ratio."""
+    mine = sorted((r for r in rows if r["dtype"] == dtype), key=lambda r: r["m"])
+    if not mine:
+        return empty_figure(f"no recorded {dtype} shapes")
+    fig = Figure(figsize=(9.0, 3.4), layout="constrained")
+    rate_ax, ratio_ax = fig.subplots(1, 2)
+    for name in (stage, CUBLAS):
+        picked = [r for r in mine if r["stage"] == name]
+        label, color = short_name(name), stage_color(name)
+        rate_ax.plot([r["m"] for r in picked], [r["tflops"] for r in picked], "o-", color=color, label=label)
+    ours = [r for r in mine if r["stage"] == stage]
+    ratio_ax.plot([r["m"] for r in ours], [r["x_cublas"] for r in ours], "o-", color=stage_color(stage))
+    ratio_ax.axhline(1.0, color="black", lw=0.8)
+    n, k = mine[0]["n"], mine[0]["k"]
+    for ax in (rate_ax, ratio_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"M (N = {n}, K = {k})")
+    rate_ax.set_title(f"TFLOP/s, {dtype}", fontsize=10)
+    rate_ax.legend(fontsize=8)
+    ratio_ax.set_title(f"{short_name(stage)} / cuBLAS", fontsize=10)
+    return fig

@@ -1,0 +1,117 @@
+"""What every command line shares: the problem arguments, printing rows or a record, and a stage's runner.
+
+`python -m stages.<stage>` runs `run_stage`; `python -m deepgemm` (deepgemm.cli) and `python -m lab` build
+their commands from the same pieces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import cupy
+
+from deepgemm import results
+from deepgemm.bench import bench_shape
+
+DEFAULT_SHAPE = 4096
+Shape = tuple[int, int, int]
+
+
+def gpu_available() -> bool:
+    """Whether CUDA sees a GPU here (without one, commands print the recorded results instead)."""
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return False
+
+
+def parse_shape(text: str) -> Shape:
+    """'4096' -> (4096, 4096, 4096); '129x200x72' -> (129, 200, 72)."""
+    parts = [int(x) for x in text.lower().split("x")]
+    if len(parts) == 1:
+        return parts[0], parts[0], parts[0]
+    if len(parts) != 3:
+        raise ValueError(f"a shape is N or MxNxK, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def add_problem_args(parser: argparse.ArgumentParser) -> None:
+    """--m/--n/--k or --shapes, --dtype and --settle: the problems a command runs (see `problems`)."""
+    parser.add_argument("--m", type=int, default=DEFAULT_SHAPE)
+    parser.add_argument("--n", type=int, default=None, help="default: M")
+    parser.add_argument("--k", type=int, default=None, help="default: M")
+    parser.add_argument("--shapes", default=None, help="shapes instead of --m/--n/--k, e.g. 4096,8192 or 129x200x72")
+    parser.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds idle between timed rows")
+
+
+def shapes(args: argparse.Namespace) -> list[Shape]:
+    if args.shapes:
+        return [parse_shape(x) for x in args.shapes.split(",")]
+    return [(args.m, args.n or args.m, args.k or args.m)]
+
+
+def problems(args: argparse.Namespace) -> list[tuple[Shape, str]]:
+    """Every (shape, dtype) the arguments name, shapes outermost."""
+    dtypes = ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]
+    return [(shape, dtype) for shape in shapes(args) for dtype in dtypes]
+
+
+def log(line: str) -> None:
+    print(line, flush=True)
+
+
+def print_rows(rows: Sequence[dict], rows_table: bool = True) -> None:
+    """The rows as a table; for pair rows, then each pair's ratio summed up (or only that: rows_table False)."""
+    if rows_table:
+        print(results.format_table(rows))
+    summary = results.pair_summary(rows)
+    if summary:
+        print(results.format_table(summary, results.PAIR_COLUMNS))
+
+
+def show_recorded(
+    name: str,
+    summary: Callable[[list[dict]], list[str]] | None = None,
+    directory: Path = results.RESULTS_DIR,
+    command: str | None = None,
+) -> dict:
+    """What a GPU-less machine prints: the recorded run, as a table or as `summary`'s lines, and how it was
+    made. Returns the record. `command` is the one that writes it, for the error where it is missing."""
+    record = results.load(name, directory, command=command)
+    print(results.recorded_banner(record["provenance"]))
+    if summary is None:
+        print_rows(record["rows"])
+    else:
+        print("\n".join(summary(record["rows"])))
+    print(f"(command: {record['provenance']['command']})")
+    return record
+
+
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` and run the command chosen (its `run` default); a bad value, a missing GPU or record
+    prints as one line of error and exit status 2, not a traceback."""
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, TypeError, RuntimeError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_stage(stage: str, argv: Sequence[str] | None = None) -> None:
+    """`python -m stages.<stage>`: check one stage and time it beside cuBLAS."""
+    parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}")
+    add_problem_args(parser)
+    args = parser.parse_args(argv)
+    if not gpu_available():
+        sys.exit(f"{stage} needs a CUDA GPU and none is visible here")
+    rows = []
+    for (m, n, k), dtype in problems(args):
+        log(f"{stage} {m}x{n}x{k} {dtype}:")
+        rows += bench_shape([stage], m, n, k, dtype, settle_s=args.settle, log=log)
+    print(results.format_table(rows))
+    sys.exit(0 if all(r["passed"] for r in rows) else 1)

@@ -1,0 +1,335 @@
+"""The notebooks' tables: recorded rows selected by stage, dtype and shape, and the tables built from them.
+
+Rows are the dicts of results/h200/progression.json (bench rows) and results/h200/profile.json (profile
+rows, keyed as deepgemm.profile.METRICS); any value may be None. The raster and epilogue suites write bench
+rows too, with the setting or the epilogue in the stage name ('v4_pipeline_swizzle GROUP_M=1',
+'v5_fused +bias +gelu_tanh', 'cublaslt +bias +gelu'). Print a table with `results.format_table(table,
+<ITS>_COLUMNS)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from deepgemm import results, stages
+from deepgemm.profile import STALL_REASONS, top_stalls
+from deepgemm.stages import CUBLAS, STAGES, stage_name
+
+Row = dict[str, Any]
+Shape = tuple[int, int, int]
+
+ORDER = (*STAGES, CUBLAS)
+
+
+def shape_of(row: Row) -> Shape:
+    return int(row["m"]), int(row["n"]), int(row["k"])
+
+
+def shapes(rows: Iterable[Row]) -> list[Shape]:
+    """The shapes in the rows, in the order they first appear (the order they were measured in)."""
+    return list(dict.fromkeys(shape_of(row) for row in rows))
+
+
+def stage_key(stage: str) -> str:
+    """A stage's full name ('v3' -> 'v3_wgmma_tma'), or the baseline's."""
+    return CUBLAS if stage == CUBLAS else stage_name(stage)
+
+
+def stage_order(row: Row) -> int:
+    """Sort key: the stages in order (variants of a stage with it), then cuBLAS, then anything else."""
+    base = base_stage(row["stage"])
+    return STAGES.index(base) if base else ORDER.index(CUBLAS) if row["stage"] == CUBLAS else len(ORDER)
+
+
+def rows_for(
+    rows: Iterable[Row],
+    stage: str | Sequence[str] | None = None,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+) -> list[Row]:
+    """The rows of one or more stages ('v3', 'v3_wgmma_tma', 'cublas'), one dtype, one shape (an int: square).
+
+    Rows keep their recorded order.
+    """
+    wanted = None if stage is None else {stage_key(s) for s in ([stage] if isinstance(stage, str) else stage)}
+    if isinstance(shape, int):
+        shape = (shape, shape, shape)
+    return [
+        row
+        for row in rows
+        if (wanted is None or row["stage"] in wanted)
+        and (dtype is None or row["dtype"] == dtype)
+        and (shape is None or shape_of(row) == tuple(shape))
+    ]
+
+
+def pick(rows: Iterable[Row], stage: str, dtype: str | None = None, shape: int | Shape | None = None) -> Row:
+    """The one row of a stage at a dtype and shape (the first, if several); LookupError names what is missing."""
+    found = rows_for(rows, stage, dtype, shape)
+    if not found:
+        raise LookupError(f"no recorded row for stage {stage!r}, dtype {dtype!r}, shape {shape!r}")
+    return found[0]
+
+
+def headline(rows: Sequence[Row], dtype: str | None, shape: int | Shape | None) -> list[Row]:
+    """Rows of one dtype and one shape: the first recorded shape unless one is given."""
+    of_dtype = rows_for(rows, dtype=dtype)
+    if shape is None and of_dtype:
+        shape = shapes(of_dtype)[0]
+    return sorted(rows_for(of_dtype, shape=shape), key=stage_order)
+
+
+def number(value: Any) -> float | None:
+    """A recorded value as a float; None where it is missing, not a number, or not finite."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def ratio_of(part: Any, whole: Any, scale: float = 100.0) -> float | None:
+    """scale * part / whole (a percentage by default); None where either is missing or whole is 0."""
+    p, w = number(part), number(whole)
+    return scale * p / w if p is not None and w else None
+
+
+def stall_breakdown(
+    profile_rows: Iterable[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+    top: int = 4,
+) -> tuple[list[str], list[str], list[list[float]]]:
+    """(stages, reasons, values): warps stalled per issued instruction, by reason, one list per stage.
+
+    The reasons are the union of each stage's `top` largest (ordered by their total), then 'other' for the
+    rest when it is not zero; 'selected' (a warp issuing, not stalled) is left out. One row per stage: the
+    first that matches dtype and shape. Missing values count as 0.
+    """
+    chosen: list[Row] = []
+    for stage in stages or STAGES:
+        found = rows_for(profile_rows, stage, dtype, shape)
+        if found:
+            chosen.append(found[0])
+    stalled = [r for r in STALL_REASONS if r != "selected"]
+    values = [{r: number(row.get(f"stall_{r}")) or 0.0 for r in stalled} for row in chosen]
+    named = {reason for row in chosen for reason, _ in top_stalls(row, top)}
+    reasons = sorted(named, key=lambda r: -sum(v[r] for v in values))
+    table = [[v[r] for r in reasons] + [sum(v[r] for r in stalled if r not in named)] for v in values]
+    if any(line[-1] > 0 for line in table):
+        reasons.append("other")
+    else:
+        table = [line[:-1] for line in table]
+    return [row["stage"] for row in chosen], reasons, table
+
+
+BANK_CONFLICT_COLUMNS = (
+    *results.ROW_ID_COLUMNS,
+    ("ld", "ld", 0),
+    ("ld_pct", "ld %", 1),
+    ("st", "st", 0),
+    ("st_pct", "st %", 1),
+    ("ldsm", "ldsm", 0),
+    ("ldgsts", "ldgsts", 0),
+    ("gmma", "gmma", 0),
+    ("gmma_pct", "gmma %", 1),
+)
+
+
+def bank_conflict_table(
+    profile_rows: Iterable[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+) -> list[Row]:
+    """Shared-memory bank conflicts per stage: counts per operation, and for ld, st and gmma the share of
+    the shared-memory wavefronts they cost (a conflict replays the access as one more wavefront).
+
+    Print it with `results.format_table(table, BANK_CONFLICT_COLUMNS)`: the columns are the conflict counts
+    per operation and, after ld, st and gmma, that count as a % of the operation's wavefronts.
+    """
+    table = []
+    for row in sorted(rows_for(profile_rows, stages, dtype, shape), key=stage_order):
+        entry: Row = {key: row[key] for key in ("stage", "dtype", "m", "n", "k")}
+        for op in ("ld", "st", "ldsm", "ldgsts", "gmma"):
+            entry[op] = number(row.get(f"bank_conflicts_{op}"))
+        for op in ("ld", "st", "gmma"):
+            entry[f"{op}_pct"] = ratio_of(entry[op], row.get(f"wavefronts_shared_{op}"))
+        table.append(entry)
+    return table
+
+
+PROFILE_COLUMNS = (
+    *results.ROW_ID_COLUMNS,
+    ("duration_us", "us", 0),
+    ("tensor_pipe_active_pct", "tensor pipe %", 1),
+    ("sm_throughput_pct", "SM %", 1),
+    ("l2_hit_rate_pct", "L2 hit %", 1),
+    ("dram_throughput_pct", "DRAM %", 1),
+    ("dram_read_mb", "DRAM read MB", 0),
+    ("registers_per_thread", "regs", 0),
+    ("smem_kb", "smem KB", 0),
+    ("sm_clock_mhz", "SM MHz", 0),
+)
+
+
+def profile_summary(
+    profile_rows: Iterable[Row],
+    stages: Sequence[str] | None = None,
+    *,
+    dtype: str | None = None,
+    shape: int | Shape | None = None,
+) -> list[Row]:
+    """One line per profiled launch: time, tensor-pipe activity, L2 and DRAM, registers, shared memory.
+
+    Print it with `results.format_table(summary, PROFILE_COLUMNS)`.
+    """
+    summary = []
+    for row in sorted(rows_for(profile_rows, stages, dtype, shape), key=stage_order):
+        entry = {key: row.get(key) for key, _, _ in PROFILE_COLUMNS if key in row}
+        entry.update({key: row[key] for key in ("stage", "dtype", "m", "n", "k")})
+        entry["duration_us"] = ratio_of(row.get("duration_ns"), 1000.0, 1.0)
+        entry["dram_read_mb"] = ratio_of(row.get("dram_read_bytes"), 1e6, 1.0)
+        entry["smem_kb"] = ratio_of(row.get("dynamic_smem_bytes"), 1024.0, 1.0)
+        entry["sm_clock_mhz"] = ratio_of(row.get("sm_clock_hz"), 1e6, 1.0)
+        summary.append(entry)
+    return summary
+
+
+NUMERICS_COLUMNS = (
+    *results.ROW_ID_COLUMNS,
+    ("max_abs", "max abs", 4),
+    ("max_rel", "max rel", 4),
+    ("rel_fro", "rel. Frobenius", 6),
+    ("p50_abs", "p50 abs", 5),
+    ("p99_abs", "p99 abs", 5),
+    ("p999_abs", "p99.9 abs", 5),
+    ("nonfinite", "non-finite", 0),
+    ("passed", "passed", 0),
+)
+
+
+CLOCK_COLUMNS = (
+    *results.ROW_ID_COLUMNS,
+    ("tflops", "TFLOP/s", 1),
+    ("sm_clock_mhz", "SM MHz", 0),
+    ("power_w", "W", 0),
+    ("pct_peak", "% peak", 1),
+    ("pct_peak_at_clock", "% peak@clk", 1),
+)
+
+
+VARIANT_COLUMNS = (
+    *results.ROW_ID_COLUMNS,
+    ("tflops", "TFLOP/s", 1),
+    ("x_tflops", "x TFLOP/s", 3),
+    ("sm_clock_mhz", "SM MHz", 0),
+    ("x_clock", "x SM MHz", 3),
+    ("pct_peak_at_clock", "% peak@clk", 1),
+    ("x_at_clock", "x % peak@clk", 3),
+)
+
+
+def shipped_rows(rows: Iterable[Row], stage: str = "v5") -> list[Row]:
+    """The rows of `stage` as it ships, from any suite: plain ('v5_fused') or named by a setting that is its
+    default ('v5_fused GROUP_M=16' in the tile-order suite, 'v5_fused CLUSTER_M=2' in the cluster suite)."""
+    name = stage_name(stage)
+    defaults = stages.load(name).DEFAULTS.extra
+    names = {name} | {f"{name} {knob}={value}" for knob, value in defaults.items()}
+    return [row for row in rows if row["stage"] in names]
+
+
+def variant_value(stage: str, name: str = "GROUP_M") -> int | None:
+    """The setting a row's stage name carries: 'v5_fused GROUP_M=16' -> 16; None when it carries none."""
+    found = re.search(rf"(?:^|\s){re.escape(name)}=(-?\d+)(?:\s|$)", stage)
+    return int(found.group(1)) if found else None
+
+
+def variant_key(row: Row, name: str) -> tuple[str, str, Shape]:
+    stage = row["stage"]
+    return re.sub(rf"\s*{re.escape(name)}=-?\d+", "", stage), row["dtype"], shape_of(row)
+
+
+def variant_table(rows: Iterable[Row], baseline: int, name: str = "GROUP_M", *, dtype: str | None = None) -> list[Row]:
+    """The rows that carry a setting (see `variant_value`), each with its TFLOP/s, SM clock and % of the peak
+    at that clock as ratios to the row of the same stage, dtype and shape at the `baseline` setting (None
+    where that is missing). The first ratio is the product of the other two.
+
+    Print it with `results.format_table(table, VARIANT_COLUMNS)`.
+    """
+    chosen = [row for row in rows_for(rows, dtype=dtype) if variant_value(row["stage"], name) is not None]
+    base = {variant_key(row, name): row for row in chosen if variant_value(row["stage"], name) == baseline}
+    table = []
+    for row in chosen:
+        ref = base.get(variant_key(row, name), {})
+        keys = {"x_tflops": "tflops", "x_clock": "sm_clock_mhz", "x_at_clock": "pct_peak_at_clock"}
+        ratios = {column: ratio_of(row.get(key), ref.get(key), 1.0) for column, key in keys.items()}
+        table.append({**row, **ratios})
+    return table
+
+
+EPILOGUE_COLUMNS = (
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("plain", "v5", 1),
+    ("fused", "v5 fused", 1),
+    ("lt_fused", "cuBLASLt fused", 1),
+    ("cublas", "cuBLAS", 1),
+    ("fused_x_plain", "fused / v5", 3),
+    ("fused_x_lt", "fused / Lt fused", 3),
+    ("lt_x_cublas", "Lt fused / cuBLAS", 3),
+)
+
+
+def epilogue_table(rows: Iterable[Row], stage: str = "v5_fused") -> list[Row]:
+    """One line per dtype and shape of the epilogue suite: TFLOP/s of plain `stage`, `stage` with its fused
+    epilogue (the row named '<stage> +...'), cuBLASLt's fused epilogue ('cublaslt +...') and plain cuBLAS,
+    and three ratios: fused / plain, fused / cuBLASLt fused, cuBLASLt fused / cuBLAS.
+
+    Print it with `results.format_table(table, EPILOGUE_COLUMNS)`.
+    """
+    rows = list(rows)
+    table = []
+    for dtype in dict.fromkeys(row["dtype"] for row in rows):
+        for shape in shapes(rows_for(rows, dtype=dtype)):
+            here = rows_for(rows, dtype=dtype, shape=shape)
+
+            def rate(match: Any, here: list[Row] = here) -> float | None:
+                return next((number(row.get("tflops")) for row in here if match(row["stage"])), None)
+
+            entry: Row = {"dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2]}
+            entry["plain"] = rate(lambda s: s == stage)
+            entry["fused"] = rate(lambda s: s.startswith(stage + " +"))
+            entry["lt_fused"] = rate(lambda s: s.startswith("cublaslt +"))
+            entry["cublas"] = rate(lambda s: s == CUBLAS)
+            entry["fused_x_plain"] = ratio_of(entry["fused"], entry["plain"], 1.0)
+            entry["fused_x_lt"] = ratio_of(entry["fused"], entry["lt_fused"], 1.0)
+            entry["lt_x_cublas"] = ratio_of(entry["lt_fused"], entry["cublas"], 1.0)
+            table.append(entry)
+    return table
+
+
+def load_rows(name: str, directory: Path | None = None) -> tuple[list[Row], str]:
+    """The rows of a recorded run and one line saying where they come from, or [] and 'no recorded <name> yet'."""
+    directory = results.RESULTS_DIR if directory is None else directory
+    try:
+        record = results.load(name, directory)
+    except FileNotFoundError:
+        return [], f"no recorded {name} yet ({directory / (name + '.json')} is written on a GPU with --record)"
+    prov = record["provenance"]
+    note = f"{name}: recorded on {prov['gpu']}, {prov['date']}, commit {prov['commit'][:12]} ({prov['command']})"
+    return record["rows"], note
+
+
+def base_stage(stage: str) -> str | None:
+    """The stage a row measures: 'v4_pipeline_swizzle GROUP_M=1' -> 'v4_pipeline_swizzle'; None for others."""
+    return next((s for s in STAGES if stage == s or stage.startswith(s + " ")), None)
+
+
+TILE_ROUND_COLUMNS = (
+    ("m", "M", 0), ("n", "N", 0), ("cluster_tiles", "cluster tiles", 0), ("ctas", "CTAs", 0), ("rounds", "rounds", 0),
+    ("sms_busy_pct", "% SMs busy", 0), ("rows_of_c_pct", "% computed rows in C", 1),
+)  # fmt: skip

@@ -1,0 +1,180 @@
+"""Timing: warm-up, equally long batches of back-to-back launches timed with CUDA events, the median.
+
+The H200 is power-bound (under GEMMs it holds its 700 W limit by lowering the SM clock from 1980 MHz to
+about 1500), so NVML samples the SM clock, the board power and the power-cap flag while each batch runs,
+every row reports them, and TFLOP/s is also given as a percentage of the peak at the clock measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cupy
+
+PEAK_TFLOPS = 989.4  # dense FP16/BF16 tensor peak of the H100/H200 SXM datasheet
+PEAK_CLOCK_MHZ = 1830.0  # the clock that peak assumes: 132 SMs x 4096 FLOP per clock
+SLOW_BATCHES = 3
+SW_POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap
+
+
+def gemm_flops(m: int, n: int, k: int) -> int:
+    return 2 * m * n * k
+
+
+def tflops(m: int, n: int, k: int, ms: float) -> float:
+    return gemm_flops(m, n, k) / (ms * 1e-3) / 1e12
+
+
+def peak_at_clock(sm_clock_mhz: float | None) -> float | None:
+    """The dense peak scaled to the SM clock the card actually ran at."""
+    return PEAK_TFLOPS * sm_clock_mhz / PEAK_CLOCK_MHZ if sm_clock_mhz else None
+
+
+class PowerSampler:
+    """SM clock (MHz), board power (W) and the power-cap flag through NVML; silent Nones where NVML is missing.
+
+    Power is the instantaneous reading (NVML field NVML_FI_DEV_POWER_INSTANT) where the driver has it: the
+    older nvmlDeviceGetPowerUsage is a one-second average, which for a 60 ms batch mostly averages the idle
+    second before it. The flag is NVML's "SW power cap" clock-event reason: set while the driver holds the
+    SM clock down to keep the board within its power limit (700 W on the H200 SXM).
+    """
+
+    def __init__(self, nvml: Any = None, handle: Any = None) -> None:
+        """With no arguments, NVML's handle of the current device; tests pass a stand-in for both."""
+        self.clocks: list[float] = []
+        self.powers: list[float] = []
+        self.capped: list[bool] = []
+        self._nvml, self._handle = nvml, handle
+        if nvml is None:
+            try:
+                import pynvml  # optional: without NVML the rows say None
+
+                pynvml.nvmlInit()
+                pci_bus = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
+                self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus.encode())
+            except Exception:  # no NVML: the rows say None rather than a made-up clock
+                self._nvml = None
+
+    def _power_w(self) -> float:
+        field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is not None:
+            value = self._nvml.nvmlDeviceGetFieldValues(self._handle, [field])[0]
+            if value.nvmlReturn == 0:
+                return value.value.uiVal / 1000.0
+        return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # the one-second average
+
+    def _power_capped(self) -> bool | None:
+        reasons = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if reasons is None:  # the name before NVML 12.2
+            reasons = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        try:
+            return bool(reasons(self._handle) & SW_POWER_CAP_REASON)
+        except Exception:  # a driver that does not report the reasons: no flag rather than a made-up one
+            return None
+
+    def sample(self) -> None:
+        if self._nvml is None:
+            return
+        self.clocks.append(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
+        self.powers.append(self._power_w())
+        capped = self._power_capped()
+        if capped is not None:
+            self.capped.append(capped)
+
+    def reset(self) -> None:
+        self.clocks.clear()
+        self.powers.clear()
+        self.capped.clear()
+
+    @staticmethod
+    def _median(values: list[float]) -> float | None:
+        return float(statistics.median(values)) if values else None
+
+    def median_clock(self) -> float | None:
+        return self._median(self.clocks)
+
+    def median_power(self) -> float | None:
+        return self._median(self.powers)
+
+    def capped_pct(self) -> float | None:
+        """The share of samples, in percent, taken while the SW power cap held the clock down."""
+        return 100.0 * sum(self.capped) / len(self.capped) if self.capped else None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The median time of one launch over equally long batches, and what the card did meanwhile."""
+
+    ms: float
+    batch_ms: tuple[float, ...]
+    launches_per_batch: int
+    sm_clock_mhz: float | None
+    power_w: float | None
+    power_capped_pct: float | None = None
+
+
+def run_batch(launches: Sequence[Callable[[], object]], count: int, sampler: PowerSampler) -> float:
+    """`count` launches back to back, rotating over `launches`, NVML sampled meanwhile: ms per launch."""
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for i in range(count):
+        launches[i % len(launches)]()
+    end.record()
+    while not end.done:  # sample while the GPU works through the queued launches
+        sampler.sample()
+        time.sleep(0.002)
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end) / count
+
+
+def time_launches(
+    launches: Sequence[Callable[[], object]],
+    *,
+    batch_ms: float = 60.0,
+    batches: int = 7,
+    warmup_ms: float = 60.0,
+    sampler: PowerSampler | None = None,
+) -> Timing:
+    """Median time per launch; `launches` holds one ready launch per input set, called in rotation."""
+    sampler = sampler or PowerSampler()
+    probe = run_batch(launches, len(launches), sampler)  # also compiles and loads anything lazy
+    per_batch = max(1, round(batch_ms / max(probe, 1e-3)))
+    run_batch(launches, max(1, round(warmup_ms / max(probe, 1e-3))), sampler)
+    sampler.reset()
+    if probe > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
+        batches = min(batches, SLOW_BATCHES)
+    times = tuple(run_batch(launches, per_batch, sampler) for _ in range(batches))
+    return Timing(
+        ms=float(statistics.median(times)),
+        batch_ms=times,
+        launches_per_batch=per_batch,
+        sm_clock_mhz=sampler.median_clock(),
+        power_w=sampler.median_power(),
+        power_capped_pct=sampler.capped_pct(),
+    )
+
+
+def settle(seconds: float) -> None:
+    """Let the card cool and its clock recover, so one row's heat does not slow the next."""
+    cupy.cuda.Device().synchronize()
+    time.sleep(seconds)
+
+
+def timing_fields(timing: Timing, m: int, n: int, k: int) -> dict[str, float | int | None]:
+    """A row's timing columns: median ms, TFLOP/s, % of peak (flat and at the measured clock), clock, power."""
+    rate = tflops(m, n, k, timing.ms)
+    at_clock = peak_at_clock(timing.sm_clock_mhz)
+    return {
+        "ms": timing.ms,
+        "tflops": rate,
+        "pct_peak": 100 * rate / PEAK_TFLOPS,
+        "pct_peak_at_clock": 100 * rate / at_clock if at_clock else None,
+        "sm_clock_mhz": timing.sm_clock_mhz,
+        "power_w": timing.power_w,
+        "power_capped_pct": timing.power_capped_pct,
+        "launches_per_batch": timing.launches_per_batch,
+    }

@@ -1,0 +1,8 @@
+"""The lab: hardware probes and research sweeps around the stages, kept out of the installed package.
+
+Nothing in deepgemm/ or stages/ imports it; it imports them. Run it as `python -m lab <command>`.
+"""
+
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results" / "h200"

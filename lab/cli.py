@@ -1,0 +1,106 @@
+"""python -m lab sweep | show | coalescer | gpc: the v5 sweeps, the lab's records, and the hardware probes.
+
+Without a GPU each command prints its record from lab/results/h200/ instead of measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from deepgemm import results
+from deepgemm.bench import bench_variants
+from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
+from lab import RESULTS_DIR, coalescer, gpc, sweeps
+
+COMMANDS = {  # record -> the command that writes it
+    **{name: f"python -m lab sweep {name} --record" for name in sweeps.SWEEPS},
+    "coalescer": "python -m lab coalescer --record",
+    "gpc_map": "python -m lab coalescer --record",
+    "gpc_placement": "python -m lab gpc --record",
+}
+
+
+def show(name: str, summary: Callable[[list[dict]], list[str]] | None = None) -> int:
+    """A lab record, as runner.show_recorded prints a project record."""
+    command = COMMANDS.get(name, "(no command writes it any more: see lab/README.md)")
+    show_recorded(name, summary, directory=RESULTS_DIR, command=command)
+    return 0
+
+
+def save(name: str, rows: list[dict], prov: dict) -> None:
+    print(f"recorded in {results.save(name, rows, prov, RESULTS_DIR)}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    if not gpu_available():
+        return show(args.sweep)
+    rows: list[dict] = []
+    for (m, n, k), dtype in problems(args):
+        log(f"{args.sweep} {m}x{n}x{k} {dtype}:")
+        rows += bench_variants(sweeps.variants(args.sweep), m, n, k, dtype, settle_s=args.settle, log=log)
+    print_rows(rows)
+    if args.record:
+        save(args.sweep, rows, results.provenance())
+    return 0 if all(row.get("passed") for row in rows) else 1
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    summaries = {"coalescer": coalescer.summary_lines, "gpc_placement": gpc.placement_lines}
+    return show(args.name, summaries.get(args.name))
+
+
+def cmd_coalescer(args: argparse.Namespace) -> int:
+    if args.run_plan:  # the target ncu profiles: the pairs of one plan, launched once each
+        coalescer.run_pairs(json.loads(Path(args.run_plan).read_text()), warm=args.warm)
+        return 0
+    if not gpu_available():
+        return show("coalescer", coalescer.summary_lines)
+    groups, rows = coalescer.probe()
+    print(f"{len(groups)} SM groups from clusters: sizes {sorted(len(g) for g in groups)}")
+    print("\n".join(coalescer.summary_lines(rows)))
+    if args.record:
+        prov = results.provenance()
+        save("coalescer", rows, prov)
+        save("gpc_map", [{"group": i, "sms": group} for i, group in enumerate(groups)], prov)
+    return 0
+
+
+def cmd_gpc(args: argparse.Namespace) -> int:
+    if not gpu_available():
+        return show("gpc_placement", gpc.placement_lines)
+    rows = [row for clusters in gpc.PLACEMENT_GRIDS for row in gpc.placement_rows(clusters)]
+    print("\n".join(gpc.placement_lines(rows)))
+    if args.record:
+        save("gpc_placement", rows, results.provenance())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("sweep", help="v5 under settings it does not ship with, beside it and cuBLAS")
+    sweep.add_argument("sweep", choices=tuple(sweeps.SWEEPS), help=str(sweeps.SWEEPS))
+    sweep.add_argument("--record", action="store_true", help="write lab/results/h200/<sweep>.json")
+    add_problem_args(sweep)
+    sweep.set_defaults(run=cmd_sweep)
+    shown = sub.add_parser("show", help="print a record of lab/results/h200/ (v5_gpc: no command writes it now)")
+    shown.add_argument("name", help="a record in lab/results/h200/, without .json")
+    shown.set_defaults(run=cmd_show)
+    probe = sub.add_parser("coalescer", help="which SMs' identical L2 reads are merged (Nsight Compute)")
+    probe.add_argument("--record", action="store_true", help="write lab/results/h200/coalescer.json and gpc_map.json")
+    probe.add_argument(
+        "--run-plan", default=None, help="what the probe runs under ncu: launch the pairs of this JSON plan once each"
+    )
+    probe.add_argument("--warm", action="store_true", help="with --run-plan: read the data into L2 first")
+    probe.set_defaults(run=cmd_coalescer)
+    where = sub.add_parser("gpc", help="where v5's persistent clusters land and their GPCs")
+    where.add_argument("--record", action="store_true", help="write lab/results/h200/gpc_placement.json")
+    where.set_defaults(run=cmd_gpc)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)

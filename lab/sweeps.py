@@ -1,0 +1,56 @@
+"""v5 under settings it does not ship with, each beside v5 as it ships and cuBLAS: what each choice is worth.
+
+Each sweep is a set of named ways to plan v5; `deepgemm.bench.bench_variants` verifies and times them in one
+run. The row names carry the setting ('v5_fused GROUP_M=1'), as the records and `deepgemm.tables`
+expect, the one v5 ships with first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from functools import partial
+
+import cupy
+
+from deepgemm import stages
+from deepgemm.config import GemmConfig
+from deepgemm.launch import KernelLaunch, max_active_clusters
+from deepgemm.model import ceil_div, cluster_rows
+
+STAGE = "v5_fused"
+SWEEPS = {
+    "v5_group_m": "v5 under several tile-order group sizes (GROUP_M 16, 1, 8)",
+    "v5_cluster": "v5 with B multicast to clusters of two CTAs (CLUSTER_M 2) and without (1)",
+    "v5_grid": "v5's persistent grid sized for full rounds of tiles (BALANCED_ROUNDS=1, as it ships) or one CTA "
+    "per SM (BALANCED_ROUNDS=0)",
+}
+KNOB_SWEEPS = {"v5_group_m": ("GROUP_M", (16, 1, 8)), "v5_cluster": ("CLUSTER_M", (2, 1))}
+RECORD_ONLY = {
+    "v5_gpc": "v5 with a GPC-aware slot table (GPC_SLOTS=1) and the plain order (0), recorded when v5 had one",
+}
+
+Plan = Callable[[cupy.ndarray, cupy.ndarray], KernelLaunch]
+
+
+def one_cta_per_sm(a: cupy.ndarray, b: cupy.ndarray) -> KernelLaunch:
+    """v5's plan with its persistent grid widened to as many clusters as fit on the GPU at once (capped at
+    the cluster tiles), instead of the fewest that finish in as many rounds."""
+    v5 = stages.load(STAGE)
+    launch = v5.plan(a, b)
+    cfg = v5.DEFAULTS
+    cluster_m = cfg.value("CLUSTER_M")
+    tiles = cluster_rows(a.shape[0], cfg.value("BLOCK_M"), cluster_m) * ceil_div(b.shape[1], cfg.value("BLOCK_N"))
+    slots = max_active_clusters(launch.kernel, launch.block[0], launch.shared_mem, cluster_m)
+    return dataclasses.replace(launch, grid=(min(tiles, slots) * cluster_m,))
+
+
+def variants(sweep: str) -> dict[str, Plan]:
+    """The named plans of a sweep, the setting v5 ships with first."""
+    v5 = stages.load(STAGE)
+    if sweep in KNOB_SWEEPS:
+        knob, settings = KNOB_SWEEPS[sweep]
+        return {f"{STAGE} {knob}={v}": partial(v5.plan, config=GemmConfig(extra={knob: v})) for v in settings}
+    if sweep == "v5_grid":
+        return {f"{STAGE} BALANCED_ROUNDS=1": v5.plan, f"{STAGE} BALANCED_ROUNDS=0": one_cta_per_sm}
+    raise ValueError(f"unknown sweep {sweep!r}; the sweeps are {', '.join(SWEEPS)}")

@@ -1,0 +1,116 @@
+"""deepgemm.tables and deepgemm.diff on a CPU: rows selected and tables built from SYNTHETIC rows."""
+
+from __future__ import annotations
+
+import pytest
+from fake_rows import FAKE_TFLOPS, fake_bench_rows, fake_profile_rows, fake_variant_rows
+
+from deepgemm import diff, results, tables
+
+
+def test_rows_for_filters_by_short_or_full_stage_dtype_and_shape():
+    rows = fake_bench_rows()
+    assert len(tables.rows_for(rows, dtype="bf16")) == 14
+    assert [r["stage"] for r in tables.rows_for(rows, "v3", "fp16", 512)] == ["v3_wgmma_tma"]
+    assert len(tables.rows_for(rows, ["v0_naive", "cublas"], shape=(256, 256, 256))) == 4
+    assert tables.rows_for(rows, shape=1024) == []
+    with pytest.raises(ValueError, match="unknown stage"):
+        tables.rows_for(rows, "v9")
+
+
+def test_pick_names_the_missing_row():
+    rows = fake_bench_rows()
+    assert tables.pick(rows, "v5", "fp16", 256)["tflops"] == FAKE_TFLOPS["v5_fused"]
+    with pytest.raises(LookupError, match="v5"):
+        tables.pick(rows, "v5", "fp32")
+
+
+def test_shapes_keep_recorded_order():
+    assert tables.shapes(reversed(fake_bench_rows())) == [(512, 512, 512), (256, 256, 256)]
+
+
+def test_stall_breakdown_keeps_top_reasons_sums_the_rest_and_skips_selected():
+    stages, reasons, table = tables.stall_breakdown(fake_profile_rows(), top=2)
+    assert stages == ["v0_naive", "v2_mma_sync", "v4_pipeline_swizzle"]
+    assert "selected" not in reasons and reasons[-1] == "other"
+    assert reasons[:-1] == ["long_scoreboard", "barrier"]  # the union of each stage's top two, largest first
+    # every stage's bar adds up to all its stall reasons but 'selected'
+    assert [sum(line) for line in table] == pytest.approx([6.26, 7.26, 8.26])
+
+
+def test_bank_conflict_table_gives_share_of_wavefronts_and_none_where_missing():
+    table = tables.bank_conflict_table(fake_profile_rows(), ["v2", "v4"])
+    assert [row["stage"] for row in table] == ["v2_mma_sync", "v4_pipeline_swizzle"]
+    assert table[1]["ld"] == 20.0 and table[1]["ld_pct"] == pytest.approx(2.0)
+    assert table[0]["gmma"] is None and table[0]["gmma_pct"] is None
+    text = results.format_table(table, tables.BANK_CONFLICT_COLUMNS)
+    assert len(text.splitlines()) == 2 + len(table)
+
+
+def test_profile_summary_converts_units():
+    summary = tables.profile_summary(fake_profile_rows(), ["v0"])
+    assert summary[0]["duration_us"] == pytest.approx(100.0) and summary[0]["dram_read_mb"] == pytest.approx(1.0)
+    assert summary[0]["smem_kb"] is None
+
+
+def test_load_rows_says_when_nothing_is_recorded(tmp_path):
+    rows, note = tables.load_rows("profile", tmp_path)
+    assert rows == [] and note.startswith("no recorded profile yet")
+    results.save("profile", fake_profile_rows(), {"gpu": "FAKE", "date": "d", "commit": "c" * 40, "command": "x"},
+                 tmp_path)  # fmt: skip
+    rows, note = tables.load_rows("profile", tmp_path)
+    assert len(rows) == 3 and "FAKE" in note
+
+
+def test_diff_excerpt_shows_only_lines_near_the_keyword():
+    text = diff.diff_excerpt("v4", "setmaxnreg", context=0, limit=1000)
+    changed = [line for line in text.splitlines() if line[:1] in "+-"]
+    assert changed and all("setmaxnreg" in line.lower() for line in changed)
+
+
+def test_variant_value_reads_the_setting_from_the_stage_name():
+    assert tables.variant_value("v5_fused GROUP_M=16") == 16
+    assert tables.variant_value("v4_pipeline_swizzle GROUP_M=1 extra") == 1
+    assert tables.variant_value("v5_fused") is None and tables.variant_value("cublas") is None
+    assert tables.variant_value("v5_fused XGROUP_M=3") is None
+
+
+def test_variant_table_gives_ratios_to_the_baseline_of_the_same_stage():
+    table = tables.variant_table(fake_variant_rows(), 8, dtype="fp16")
+    assert [row["stage"] for row in table] == [r["stage"] for r in fake_variant_rows()[:4]]  # cuBLAS left out
+    by_stage = {row["stage"]: row for row in table}
+    assert by_stage["v5_fused GROUP_M=1"]["x_tflops"] == pytest.approx(0.9)
+    assert by_stage["v5_fused GROUP_M=1"]["x_clock"] == pytest.approx(0.9)
+    assert by_stage["v5_fused GROUP_M=1"]["x_at_clock"] == pytest.approx(1.0)
+    assert by_stage["v5_fused GROUP_M=8"]["x_tflops"] == pytest.approx(1.0)
+    assert by_stage["v4_pipeline_swizzle GROUP_M=1"]["x_tflops"] is None  # no v4 baseline recorded
+    assert len(results.format_table(table, tables.VARIANT_COLUMNS).splitlines()) == 2 + len(table)
+
+
+def test_epilogue_table_pairs_plain_fused_cublaslt_and_cublas():
+    base = {"dtype": "bf16", "m": 128, "n": 128, "k": 128}
+    rows = [
+        {**base, "stage": s, "tflops": t}
+        for s, t in (
+            ("v5_fused", 500.0),
+            ("v5_fused +bias +gelu_tanh", 450.0),
+            ("cublaslt +bias +gelu", 480.0),
+            ("cublas", 600.0),
+        )
+    ]
+    (line,) = tables.epilogue_table(rows)
+    assert (line["plain"], line["fused"], line["lt_fused"], line["cublas"]) == (500.0, 450.0, 480.0, 600.0)
+    assert line["fused_x_plain"] == pytest.approx(0.9) and line["fused_x_lt"] == pytest.approx(450 / 480)
+    assert line["lt_x_cublas"] == pytest.approx(0.8)
+    (partial,) = tables.epilogue_table(rows[:1])
+    assert partial["fused"] is None and partial["fused_x_plain"] is None
+
+
+def test_shipped_rows_finds_v5_as_it_ships_in_every_suite():
+    from deepgemm import stages
+
+    defaults = stages.load("v5").DEFAULTS.extra
+    names = ["v5_fused", f"v5_fused GROUP_M={defaults['GROUP_M']}", f"v5_fused CLUSTER_M={defaults['CLUSTER_M']}"]
+    others = ["v5_fused GROUP_M=1", "v5_fused CLUSTER_M=1", "v4_pipeline_swizzle", "cublas"]
+    rows = [{"stage": s} for s in names + others]
+    assert [r["stage"] for r in tables.shipped_rows(rows)] == names
