@@ -2,6 +2,10 @@
 
 python -m lab.v5_hiding --shapes 4096,8192 --rounds 6 [--record]
 
+The variants are compile-time switches and a launcher path of v5 as it stood at commit c44a640 (PINGPONG,
+HEAD_KTILES, GPC_SLOTS and the slot table); v5 kept none of them, so this runs from a checkout of that
+commit, where it wrote lab/results/h200/v5_hiding.json.
+
 Every variant is first verified against float64 on NaN-poisoned output at tail shapes (plain and fused
 epilogue), then the variants and cuBLAS are timed in rounds, each round in a rotated order, so that each
 variant's ratio to cuBLAS compares rows measured seconds apart (the progression's pairs method, for more
@@ -24,6 +28,7 @@ from deepgemm.bench import Workload, cublas_launches, measure
 from deepgemm.check import random_problem, verify
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
+from deepgemm.jit import kernel_path
 from deepgemm.launch import KernelLaunch, cluster_rows, tma_gemm_launch
 from deepgemm.operands import bias_vector, check_problem
 from stages.v5_fused import launch as v5
@@ -126,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args(argv)
+    if "PINGPONG" not in kernel_path(v5.STAGE).read_text():
+        raise SystemExit("this comparison runs from a checkout of commit c44a640, where v5 still had its variants")
     names = args.variants.split(",")
     dtypes = ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]
     log = lambda line: print(line, flush=True)  # noqa: E731

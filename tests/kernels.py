@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
-import pytest
-
 from deepgemm import stages
-from deepgemm.jit import CompileReport, compile_report, disassemble, kernel_path
+from deepgemm.jit import CompileReport, compile_report, disassemble
 
 TENSOR_CORE_STAGES = ("v3_wgmma_tma", "v4_pipeline_swizzle", "v5_fused")
 PORTABLE_STAGES = ("v0_naive", "v1_tiled", "v2_mma_sync")  # also built for sm_80
@@ -37,18 +35,3 @@ def block_threads(stage: str, report: CompileReport) -> int:
     if hasattr(launcher, "threads"):
         return launcher.threads(launcher.DEFAULTS)
     return report.launch_facts().threads
-
-
-# v5's kernel exports LAUNCH_THREADS and LAUNCH_SMEM_BYTES from the kernel rework of issue 13 on; while the
-# file does not, the tests that read them from v5 are expected to fail (strictly: they must start to pass).
-V5_AWAITS_LAUNCH_FACTS = pytest.mark.xfail(
-    "LAUNCH_THREADS" not in kernel_path("v5_fused").read_text(),
-    reason="v5/kernel.cu does not export LAUNCH_THREADS / LAUNCH_SMEM_BYTES yet",
-    raises=KeyError,
-    strict=True,
-)
-
-
-def awaiting_v5(stage: str) -> object:
-    """`stage` as a pytest parameter, marked V5_AWAITS_LAUNCH_FACTS for v5."""
-    return pytest.param(stage, marks=V5_AWAITS_LAUNCH_FACTS) if stage == "v5_fused" else stage

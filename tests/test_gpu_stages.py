@@ -194,3 +194,30 @@ def test_v5_without_clusters_or_tile_groups_matches_reference():
     a, b = random_problem(64, 64, 64, BFLOAT16, seed=1)
     with pytest.raises(ValueError, match="CLUSTER_M = 4 must be one of"):
         launcher.plan(a, b, config=GemmConfig(extra={"CLUSTER_M": 4}))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_with_128_wide_tiles_matches_reference(dtype):
+    """BLOCK_N 128 (wgmma m64n128k16): tails in every dimension, clusters on and off, a fused epilogue,
+    and shapes where every CTA of the persistent grid takes several tiles."""
+    import cupy
+
+    from deepgemm.check import random_problem, reference, verify
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+
+    launcher = _stage_or_skip("v5_fused")
+    failures = []
+    for cluster_m in (1, 2):
+        config = GemmConfig(block_n=128, extra={"CLUSTER_M": cluster_m})
+        for i, (m, n, k) in enumerate(((129, 200, 72), (1000, 3000, 520), (2304, 4096, 200), (4096, 4096, 4096))):
+            a, b = random_problem(m, n, k, input_dtype(dtype), seed=700 + i)
+            stats = _check(launcher, a, b, config=config)
+            if not stats.passed:
+                failures.append(f"{m}x{n}x{k} CLUSTER_M={cluster_m}: {stats.summary()}")
+    a, b = random_problem(300, 520, 200, input_dtype(dtype), seed=7)
+    bias = cupy.random.default_rng(7).random(520, dtype=cupy.float32) * 2 - 1
+    launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", config=GemmConfig(block_n=128))
+    stats = verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out)
+    assert stats.passed, f"fused: {stats.summary()}"
+    assert not failures, "\n".join(failures)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepgemm.config import GemmConfig, require_m64n256_tile
+from deepgemm.config import GemmConfig, require_wgmma_tile
 from deepgemm.launch import KernelLaunch, tma_gemm_launch
 from deepgemm.operands import check_problem, require_gpu
 
@@ -24,7 +24,7 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
-    require_m64n256_tile(cfg)
+    require_wgmma_tile(cfg)
     return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=SWIZZLE_BYTES)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from deepgemm.config import GemmConfig, require_in, require_m64n256_tile
+from deepgemm.config import GemmConfig, require_in, require_wgmma_tile
 from deepgemm.dtypes import dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.launch import KernelLaunch, tma_gemm_launch
@@ -41,7 +41,7 @@ def epilogue_defines(has_bias: bool, activation: str | None, out_dtype: np.dtype
 
 def check_config(cfg: GemmConfig) -> None:
     """The tile and cluster the kernel is written for: ValueError names the knob and why."""
-    require_m64n256_tile(cfg)
+    require_wgmma_tile(cfg, block_n=(128, 256))
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
 
 
