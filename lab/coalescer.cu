@@ -1,4 +1,4 @@
-// The L2 request coalescer, probed. Not a stage: the kernels behind `python -m deepgemm coalescer`, which
+// The L2 request coalescer, probed. Not a stage: the kernels behind `python -m lab coalescer`, which
 // asks which SMs' identical reads the L2 merges before they reach a slice, and for how long a request
 // waits to be merged. Needs sm_90 (clusters, bulk TMA copies, mbarriers).
 

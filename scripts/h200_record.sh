@@ -12,6 +12,8 @@
 #   scripts/h200_record.sh gpc      the lab's map of where v5's clusters land (gpc_placement.json), then the GPU tests
 #   scripts/h200_record.sh shapes   v5 and cuBLAS from M = 1 to 8192 at N = K = 4096, FP16 (shapes.json)
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
+#   scripts/h200_record.sh kernels  every kernel deepgemm.gemm launches, first call included, under Nsight Compute
+#                                   (gemm_kernels.txt)
 # Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -48,6 +50,13 @@ elif [ "$part" = shapes ]; then
   python3 -m deepgemm bench --suite shapes --shapes 1x4096x4096,16x4096x4096,64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,768x4096x4096,1024x4096x4096,2048x4096x4096,3072x4096x4096,4096x4096x4096,6144x4096x4096,8192x4096x4096 --dtype fp16 --record 2>&1 | tail -30
 elif [ "$part" = stability ]; then
   timeout 300 python3 -m deepgemm stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
+elif [ "$part" = kernels ]; then
+  { echo "# ncu on scripts/gemm_kernels.py: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+      "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
+    timeout 240 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+      python3 scripts/gemm_kernels.py 2>&1 | grep -v '^==PROF== Connected'
+  } > results/h200/gemm_kernels.txt
+  cat results/h200/gemm_kernels.txt
 elif [ "$part" = tests ]; then
   gpu_tests
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
