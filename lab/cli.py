@@ -13,13 +13,14 @@ from pathlib import Path
 from deepgemm import results
 from deepgemm.bench import bench_variants
 from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
-from lab import RESULTS_DIR, coalescer, gpc, sweeps
+from lab import RESULTS_DIR, coalescer, gpc, sweeps, v5_hiding
 
 COMMANDS = {  # record -> the command that writes it
     **{name: f"python -m lab sweep {name} --record" for name in sweeps.SWEEPS},
     "coalescer": "python -m lab coalescer --record",
     "gpc_map": "python -m lab coalescer --record",
     "gpc_placement": "python -m lab gpc --record",
+    "v5_hiding": "python -m lab.v5_hiding --record, at commit c44a640 (lab/v5_hiding.py)",
 }
 
 
@@ -48,7 +49,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    summaries = {"coalescer": coalescer.summary_lines, "gpc_placement": gpc.placement_lines}
+    summaries = {
+        "coalescer": coalescer.summary_lines,
+        "gpc_placement": gpc.placement_lines,
+        "v5_hiding": v5_hiding.summary_lines,
+    }
     return show(args.name, summaries.get(args.name))
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from deepgemm import results
-from lab import RESULTS_DIR, cli, sweeps
+from lab import RESULTS_DIR, cli, sweeps, v5_hiding
 
 
 @pytest.mark.parametrize("sweep", sorted(sweeps.SWEEPS))
@@ -44,3 +44,14 @@ def test_without_a_gpu_a_sweep_prints_its_record(monkeypatch, capsys):
     assert out.startswith("RECORDED") and "v5_fused BALANCED_ROUNDS=0" in out
     assert cli.main(["show", "v5_gpc"]) == 0
     assert "v5_fused GPC_SLOTS=1" in capsys.readouterr().out
+
+
+def test_the_epilogue_hiding_record_shows_every_variant_checked_and_timed(capsys):
+    assert cli.main(["show", "v5_hiding"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("RECORDED") and "tail checks: 80 of 80 passed" in out
+    for variant in ("plain", "head", "head+gpc", "pingpong"):
+        assert variant in out
+    ratios = v5_hiding.median_ratios(json.loads((RESULTS_DIR / "v5_hiding.json").read_text())["rows"])
+    assert set(ratios) == {(4096, "fp16"), (4096, "bf16"), (8192, "fp16"), (8192, "bf16")}
+    assert all(r["pingpong"] < r["plain"] for r in ratios.values())  # what the v5 README says
