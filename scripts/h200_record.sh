@@ -54,7 +54,7 @@ elif [ "$part" = kernels ]; then
   { echo "# ncu on scripts/gemm_kernels.py: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
     timeout 240 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
-      python3 scripts/gemm_kernels.py 2>&1 | grep -v '^==PROF== Connected'
+      env PYTHONPATH="$PWD" python3 scripts/gemm_kernels.py 2>&1 | grep -v '^==PROF== Connected'
   } > results/h200/gemm_kernels.txt
   cat results/h200/gemm_kernels.txt
 elif [ "$part" = tests ]; then
