@@ -15,7 +15,7 @@ import numpy as np
 from deepgemm.config import GemmConfig, require_at_most, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel, launch_facts
-from deepgemm.model import balanced_workers, ceil_div, cluster_rows, output_tiles
+from deepgemm.model import balanced_workers, cluster_tiles, output_tiles
 from deepgemm.operands import Problem, k_major_operands, leading_dim
 from deepgemm.tma import encode_tile_map, operand_maps, tma_store_target
 
@@ -116,17 +116,18 @@ def persistent_grid(
     threads: int,
     dynamic_smem: int,
     cluster_m: int,
+    cluster_n: int = 1,
 ) -> int:
-    """CTAs of a persistent grid: as many whole clusters of `cluster_m` CTAs (stacked along M) as fit on
-    the GPU at once (one CTA per SM without clusters), but only as many as finish the cluster tiles in that
-    many rounds, so that every round is full (`balanced_workers`)."""
-    if cluster_m == 1:
-        tiles = output_tiles(problem.m, problem.n, block_m, block_n)
+    """CTAs of a persistent grid: as many whole clusters of `cluster_m` x `cluster_n` CTAs (tiles along M
+    and N) as fit on the GPU at once (one CTA per SM without clusters), but only as many as finish the
+    cluster tiles in that many rounds, so that every round is full (`balanced_workers`)."""
+    size = cluster_m * cluster_n
+    tiles = cluster_tiles(problem.m, problem.n, block_m, block_n, cluster_m, cluster_n)
+    if size == 1:
         slots = device_limits(problem.out.device.id)["sm_count"]
     else:
-        tiles = cluster_rows(problem.m, block_m, cluster_m) * ceil_div(problem.n, block_n)
-        slots = max_active_clusters(kernel, threads, dynamic_smem, cluster_m)
-    return balanced_workers(tiles, slots) * cluster_m
+        slots = max_active_clusters(kernel, threads, dynamic_smem, size)
+    return balanced_workers(tiles, slots) * size
 
 
 def tma_gemm_launch(
@@ -143,7 +144,7 @@ def tma_gemm_launch(
 ) -> KernelLaunch:
     """What v3-v5 share: K-major operands, their tensor maps, the kernel with the threads and dynamic shared
     memory it exports (`jit.launch_facts`), and a 1-D grid of output tiles (a balanced persistent grid when
-    `persistent`, in clusters of the config's CLUSTER_M).
+    `persistent`, in clusters of the config's CLUSTER_M x CLUSTER_N).
 
     Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
     the kernel stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot describe is
@@ -152,8 +153,9 @@ def tma_gemm_launch(
     require_smem(tile_smem_bytes(cfg))
     a_k, b_k, k = k_major_operands(problem)
     block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
-    cluster_m = cfg.extra.get("CLUSTER_M", 1)  # a cluster's CTAs each load block_n / cluster_m rows of B
-    tma_a, tma_b = operand_maps(a_k, b_k, block_m, block_n // cluster_m, cfg.value("BOX_K"), swizzle_bytes)
+    # A cluster's CTAs each load block_m / cluster_n rows of A and block_n / cluster_m rows of B.
+    cluster_m, cluster_n = cfg.extra.get("CLUSTER_M", 1), cfg.extra.get("CLUSTER_N", 1)
+    tma_a, tma_b = operand_maps(a_k, b_k, block_m // cluster_n, block_n // cluster_m, cfg.value("BOX_K"), swizzle_bytes)
     defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **(epilogue_defines or {})}
     kernel, facts = get_kernel(stage, defines), launch_facts(stage, defines)
     m, n = (np.int32(v) for v in (problem.m, problem.n))
@@ -166,7 +168,7 @@ def tma_gemm_launch(
         tma_c = encode_tile_map(target, *store_box, swizzle_bytes=128)
         args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
     if persistent:
-        grid = persistent_grid(problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m)
+        grid = persistent_grid(problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m, cluster_n)
     else:
         grid = output_tiles(problem.m, problem.n, block_m, block_n)
     return KernelLaunch(

@@ -24,6 +24,12 @@ def cluster_rows(m: int, block_m: int, cluster_m: int) -> int:
     return ceil_div(ceil_div(m, block_m), cluster_m)
 
 
+def cluster_tiles(m: int, n: int, block_m: int, block_n: int, cluster_m: int, cluster_n: int = 1) -> int:
+    """Cluster tiles that cover an M x N output: clusters of `cluster_m` x `cluster_n` CTAs take that many
+    tiles along M and N at a time."""
+    return cluster_rows(m, block_m, cluster_m) * cluster_rows(n, block_n, cluster_n)
+
+
 def output_tiles(m: int, n: int, block_m: int, block_n: int) -> int:
     """BLOCK_M x BLOCK_N tiles that cover an M x N output."""
     return ceil_div(m, block_m) * ceil_div(n, block_n)

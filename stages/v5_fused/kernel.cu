@@ -86,12 +86,18 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_M
 #define CLUSTER_M 2    // CTAs per cluster, on neighbouring tile rows: they share B, each loading 1/CLUSTER_M
 #endif
+#ifndef CLUSTER_N
+#define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
+#endif
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
 constexpr int NUM_CONSUMERS = 2;  // consumer warpgroups; each releases a stage once per warp
 constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
+constexpr int CLUSTER_SIZE = CLUSTER_M * CLUSTER_N;       // rank r: tile row r % CLUSTER_M, column r / CLUSTER_M
+constexpr int A_BOX_ROWS = BLOCK_M / CLUSTER_N;           // the rows of A one CTA loads and multicasts
+constexpr int A_BOX_BYTES = A_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_BOX_ROWS = BLOCK_N / CLUSTER_M;           // the rows of B one CTA loads and multicasts
 constexpr int B_BOX_BYTES = B_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
 constexpr int GROUP_ROWS = GROUP_M / CLUSTER_M;           // the tile order walks cluster rows
@@ -109,7 +115,8 @@ constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 3
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
-static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
+static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 CTAs per side");
+static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N == 128 || BLOCK_N == 256, "the consumers issue wgmma m64n128k16 or m64n256k16");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
@@ -374,7 +381,7 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Tile order. A cluster takes CLUSTER_M tiles stacked along M at a time (a "cluster tile"); the
+// Tile order. A cluster takes CLUSTER_M x CLUSTER_N tiles at a time (a "cluster tile"); the
 // clusters' i-th cluster tiles are consecutive indices, so those run together. Walking GROUP_M tile
 // rows (GROUP_ROWS cluster rows) column by column makes those CTAs share GROUP_M A row-blocks and a few
 // B column-blocks, which then stay in L2, instead of streaming all of B once per tile row.
@@ -394,13 +401,14 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
 }
 
 // [2] Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
-// every CTA of the cluster, because each CTA's producer writes its part of B into all of them.
-// empty_bar0[rank] is the address of empty_bar[0] in CTA rank (mapa_shared, once); the barriers are
-// 8 bytes apart there as here.
-__device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[CLUSTER_M], int stage) {
-#if CLUSTER_M > 1
+// every CTA whose producer writes into this one: the CTAs of this tile column (their parts of B) and of
+// this tile row (their parts of A), this CTA once. empty_bar0[i] is the address of empty_bar[0] in the
+// i-th of them (mapa_shared, once); the barriers are 8 bytes apart there as here.
+constexpr int SENDERS = CLUSTER_M + CLUSTER_N - 1;
+__device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDERS], int stage) {
+#if CLUSTER_M * CLUSTER_N > 1
 #pragma unroll
-    for (int rank = 0; rank < CLUSTER_M; ++rank) mbarrier_arrive_cluster(empty_bar0[rank] + stage * 8);
+    for (int i = 0; i < SENDERS; ++i) mbarrier_arrive_cluster(empty_bar0[i] + stage * 8);
 #else
     mbarrier_arrive(empty_bar0[0] + stage * 8);
 #endif
@@ -462,7 +470,7 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 // bias may be nullptr when HAS_BIAS is 0.
 // ---------------------------------------------------------------------------------------------------
 
-extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
+extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
             const __grid_constant__ TmaDesc tma_c,
             const float* bias, float alpha, int M, int N, int K)
@@ -478,10 +486,12 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     // cluster row has no rows of C: TMA gives it zeros for A and clips its stores, and it still loads its
     // half of B for its partner.
     const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
-    const int num_tiles = cluster_rows * tiles_n;
+    const int cluster_cols = (tiles_n + CLUSTER_N - 1) / CLUSTER_N;
+    const int num_tiles = cluster_rows * cluster_cols;
     // [1] Persistent tiles: cluster c takes cluster tiles c, c + num_clusters, c + 2 num_clusters ...
-    const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
-    const int rank = CLUSTER_M > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_M
+    const int cluster_id = blockIdx.x / CLUSTER_SIZE, num_clusters = gridDim.x / CLUSTER_SIZE;
+    const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
+    const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
     const int warpgroup = threadIdx.x / 128;
 
@@ -495,12 +505,12 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int s = 0; s < NUM_STAGES; ++s) {
             // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
             mbarrier_init(smem_addr(&full_bar[s]), 1);
-            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * CLUSTER_M);
+            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * SENDERS);
         }
         fence_mbarrier_init();
     }
     // Barriers initialised before anyone waits on them or, from the other CTA, arrives or multicasts.
-#if CLUSTER_M > 1
+#if CLUSTER_M * CLUSTER_N > 1
     cluster_sync();
 #else
     __syncthreads();
@@ -514,11 +524,14 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     if (warpgroup == 0) {
         // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
         setmaxnreg_dec<PRODUCER_REGS>();
+        // The cluster ranks of this CTA's tile row (they share its A) and tile column (its B), as bits.
+        const unsigned short row_mask = ((1u << CLUSTER_SIZE) - 1) / ((1u << CLUSTER_M) - 1) << rank_m;
+        const unsigned short column_mask = ((1u << CLUSTER_M) - 1) << (CLUSTER_M * rank_n);
         if (threadIdx.x == 0) {
             for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
-                int cluster_m, tile_n;
-                grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
-                const int tile_m = cluster_m * CLUSTER_M + rank;
+                int cluster_m, cluster_n;
+                grouped_tile(tile_idx, cluster_rows, cluster_cols, cluster_m, cluster_n);
+                const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
                 for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
                     // Wait until the consumers of every CTA in the cluster (this producer's part of B
                     // lands in all of them) have released this stage's previous contents. On the
@@ -528,14 +541,20 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     const unsigned bar = smem_addr(&full_bar[stage]);
                     const unsigned a_dst = smem_base + stage * STAGE_BYTES;
                     const unsigned b_dst = a_dst + A_TILE_BYTES;
-                    // [2] This CTA's A tile (BLOCK_M x 128 bytes) and its 1/CLUSTER_M of the B tile, sent to
-                    // every CTA of the cluster; the others send the rest of B. The full barrier waits for
-                    // all of it (48 KB in fp16), zero-filled past M, N or K and counted in full either way.
+                    // [2] This CTA's 1/CLUSTER_N of the A tile, sent to the CTAs of its tile row, and its
+                    // 1/CLUSTER_M of the B tile, sent to the CTAs of its tile column; the others send the
+                    // rest. The full barrier waits for all of it (48 KB in fp16), zero-filled past M, N or K
+                    // and counted in full either way.
                     mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+#if CLUSTER_N > 1
+                    tma_load_2d_multicast(a_dst + rank_n * A_BOX_BYTES, &tma_a, bar, k_tile * BLOCK_K,
+                                          tile_m * BLOCK_M + rank_n * A_BOX_ROWS, row_mask);
+#else
                     tma_load_2d(a_dst, &tma_a, bar, k_tile * BLOCK_K, tile_m * BLOCK_M);
+#endif
 #if CLUSTER_M > 1
-                    tma_load_2d_multicast(b_dst + rank * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
-                                          tile_n * BLOCK_N + rank * B_BOX_ROWS, (1u << CLUSTER_M) - 1);
+                    tma_load_2d_multicast(b_dst + rank_m * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
+                                          tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);
 #else
                     tma_load_2d(b_dst, &tma_b, bar, k_tile * BLOCK_K, tile_n * BLOCK_N);
 #endif
@@ -566,15 +585,17 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned long long desc_b0 = make_smem_desc(smem_base + A_TILE_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned full_bar0 = smem_addr(&full_bar[0]);
-        unsigned empty_bar0[CLUSTER_M];
+        unsigned empty_bar0[SENDERS];  // this tile column's CTAs, then the rest of this tile row's
 #pragma unroll
-        for (int r = 0; r < CLUSTER_M; ++r)
-            empty_bar0[r] = CLUSTER_M > 1 ? mapa_shared(smem_addr(&empty_bar[0]), r) : smem_addr(&empty_bar[0]);
+        for (int i = 0; i < SENDERS; ++i) {
+            const int sender = i < CLUSTER_M ? i + CLUSTER_M * rank_n : rank_m + CLUSTER_M * (i - CLUSTER_M + (i - CLUSTER_M >= rank_n));
+            empty_bar0[i] = CLUSTER_SIZE > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender) : smem_addr(&empty_bar[0]);
+        }
 
         for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
-            int cluster_m, tile_n;
-            grouped_tile(tile_idx, cluster_rows, tiles_n, cluster_m, tile_n);
-            const int tile_m = cluster_m * CLUSTER_M + rank;
+            int cluster_m, cluster_n;
+            grouped_tile(tile_idx, cluster_rows, cluster_cols, cluster_m, cluster_n);
+            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
 
             // ---- main loop over K -------------------------------------------------------------------
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
@@ -669,8 +690,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();
     }
-#if CLUSTER_M > 1
-    // [2] The other CTA may still arrive on this CTA's barriers: neither leaves before both are done.
+#if CLUSTER_M * CLUSTER_N > 1
+    // [2] The other CTAs may still arrive on this CTA's barriers: none leaves before all are done.
     __syncwarp();
     cluster_sync();
 #endif

@@ -26,7 +26,7 @@ DEFAULTS = GemmConfig(
     block_n=256,
     block_k=64,
     num_stages=4,
-    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2},
+    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1},
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
@@ -43,6 +43,7 @@ def check_config(cfg: GemmConfig) -> None:
     """The tile and cluster the kernel is written for: ValueError names the knob and why."""
     require_wgmma_tile(cfg, block_n=(128, 256))
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
+    require_in(cfg, "CLUSTER_N", (1, 2), "CTAs per cluster sharing A through TMA multicast")
 
 
 def plan(

@@ -1,0 +1,126 @@
+"""v5 under several settings and cuBLAS, timed in rounds: each round times every one, the order rotated.
+
+python -m lab.rounds --variants "CLUSTER_N=1;CLUSTER_N=2" --shapes 4096,8192 --rounds 6 [--record NAME]
+
+A sweep (python -m lab sweep) times each setting once; a difference of a percent needs more than one row
+on this power-capped card, so here each setting's ratio to cuBLAS is taken within a round (rows measured
+seconds apart) and the median over rounds is reported. Every setting is first verified on NaN-poisoned
+output at tail shapes (plain and fused epilogue). With --record the rows go to lab/results/h200/NAME.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+
+import cupy
+
+from deepgemm import results, stages
+from deepgemm.bench import Workload, cublas_launches, measure
+from deepgemm.check import random_problem, reference, verify
+from deepgemm.config import GemmConfig
+from deepgemm.dtypes import input_dtype
+from deepgemm.launch import KernelLaunch
+from deepgemm.stages import CUBLAS
+from lab import RESULTS_DIR
+
+STAGE = "v5_fused"
+TAIL_SHAPES = ((129, 200, 72), (1000, 3000, 520), (2304, 2048, 200), (777, 4096, 4160))
+
+
+def parse_variant(text: str) -> GemmConfig:
+    """'CLUSTER_N=2,GROUP_M=8' -> the config with those knobs (BLOCK_* and NUM_STAGES go to their fields)."""
+    knobs = dict(part.split("=") for part in text.split(",") if part)
+    core = {
+        name.lower(): int(knobs.pop(name)) for name in list(knobs) if name.lower() in GemmConfig.__dataclass_fields__
+    }
+    return GemmConfig(**core, extra={name: int(value) for name, value in knobs.items()})
+
+
+def planner(config: GemmConfig) -> Callable[..., KernelLaunch]:
+    v5 = stages.load(STAGE)
+    return lambda a, b, **epilogue: v5.plan(a, b, config=config, **epilogue)
+
+
+def check_tails(variants: dict[str, GemmConfig], log: Callable[[str], None]) -> list[dict]:
+    rows = []
+    for name, config in variants.items():
+        for dtype_name in ("fp16", "bf16"):
+            for m, n, k in TAIL_SHAPES:
+                for fused in (False, True):
+                    a, b = random_problem(m, n, k, input_dtype(dtype_name), seed=m + n + k)
+                    epi = {}
+                    if fused:
+                        bias = cupy.random.default_rng(1).random(n, dtype=cupy.float32) * 2 - 1
+                        epi = {"bias": bias, "activation": "gelu_tanh"}
+                    launch = planner(config)(a, b, **epi)
+                    stats = verify(launch, reference(a, b, **epi), launch.out)
+                    rows.append({"tail_check": True, "stage": name, "dtype": dtype_name, "m": m, "n": n, "k": k,
+                                 "fused": fused, "passed": stats.passed, "rel_err": stats.rel_fro})  # fmt: skip
+                    if not stats.passed:
+                        log(f"FAILED {name} {dtype_name} {m}x{n}x{k} fused={fused}: {stats.summary()}")
+    return rows
+
+
+def timed_rounds(
+    variants: dict[str, GemmConfig], shape: tuple[int, int, int], dtype_name: str, rounds: int, log: Callable
+) -> list[dict]:
+    work = Workload.make(*shape, dtype_name)
+    launchers = {CUBLAS: cublas_launches(work)}
+    launchers.update({name: [planner(cfg)(a, b) for a, b in work.problems] for name, cfg in variants.items()})
+    order = list(launchers)
+    rows = []
+    for r in range(rounds):
+        this_round = order[r % len(order) :] + order[: r % len(order)]
+        measured = {name: measure(name, work, launchers[name], settle_s=1.0) for name in this_round}
+        for name in this_round:
+            row = measured[name]
+            row.update(round=r, x_cublas=row["tflops"] / measured[CUBLAS]["tflops"])
+            rows.append(row)
+            log(f"{dtype_name} {shape[0]} r{r} {name:24s} {row['tflops']:7.1f} x{row['x_cublas']:.3f} "
+                f"{row['sm_clock_mhz']} MHz passed={row['passed']}")  # fmt: skip
+    return rows
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """The tail checks, then each setting's median ratio to cuBLAS over the rounds."""
+    tails = [r for r in rows if r.get("tail_check")]
+    timed = [r for r in rows if "round" in r]
+    names = list(dict.fromkeys(r["stage"] for r in timed if r["stage"] != CUBLAS))
+    lines = [f"tail checks: {sum(r['passed'] for r in tails)} of {len(tails)} passed",
+             f"{'M':>5s} {'dtype':5s} " + " ".join(f"{n:>24s}" for n in names)]  # fmt: skip
+    for m, dtype_name in sorted({(r["m"], r["dtype"]) for r in timed}):
+        here = [r for r in timed if (r["m"], r["dtype"]) == (m, dtype_name)]
+        cells = [statistics.median(r["x_cublas"] for r in here if r["stage"] == n) for n in names]
+        lines.append(f"{m:5d} {dtype_name:5s} " + " ".join(f"{c:24.3f}" for c in cells))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", required=True, help="settings separated by ';', knobs by ','")
+    parser.add_argument("--shapes", default="4096,8192")
+    parser.add_argument("--dtype", default="both")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--record", metavar="NAME")
+    args = parser.parse_args(argv)
+    variants = {f"v5 {text}": parse_variant(text) for text in args.variants.split(";")}
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    rows = check_tails(variants, log)
+    if not all(r["passed"] for r in rows):
+        print("\n".join(summary_lines(rows)))
+        return 1
+    for size in (int(s) for s in args.shapes.split(",")):
+        for dtype_name in ("fp16", "bf16") if args.dtype == "both" else (args.dtype,):
+            rows += timed_rounds(variants, (size, size, size), dtype_name, args.rounds, log)
+    print("\n".join(summary_lines(rows)))
+    if args.record:
+        prov = results.provenance(["python", "-m", "lab.rounds", *sys.argv[1:]])
+        print(f"recorded {results.save(args.record, rows, prov, RESULTS_DIR)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
