@@ -178,19 +178,20 @@ def test_library_gemm_runs_v5_with_config_checks():
 
 
 def test_v5_without_clusters_or_tile_groups_matches_reference():
-    """The switches the notebooks measure: CLUSTER_M = 1 (no multicast) and GROUP_M = 1 (row-major order),
-    at shapes with odd tile-row counts, where a cluster's second CTA has no rows of C."""
+    """The switches the notebooks measure: CLUSTER_M = 1 (no multicast), GROUP_M = 1 (row-major order) and
+    2 x 2 clusters (CLUSTER_N = 2: A multicast too), at shapes with odd tile-row and tile-column counts,
+    where a cluster's second CTA along M or N has no rows or columns of C."""
     from deepgemm.check import random_problem
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import BFLOAT16
 
     launcher = _stage_or_skip("v5_fused")
-    for cluster_m, group_m in ((1, 16), (2, 1), (1, 1)):
-        config = GemmConfig(extra={"CLUSTER_M": cluster_m, "GROUP_M": group_m})
+    for cluster_m, group_m, cluster_n in ((1, 16, 1), (2, 1, 1), (1, 1, 1), (2, 16, 2), (1, 16, 2)):
+        config = GemmConfig(extra={"CLUSTER_M": cluster_m, "GROUP_M": group_m, "CLUSTER_N": cluster_n})
         for i, (m, n, k) in enumerate(((300, 520, 200), (1152, 768, 64), (4096, 4096, 4096))):
             a, b = random_problem(m, n, k, BFLOAT16, seed=90 + i)
             stats = _check(launcher, a, b, config=config)
-            assert stats.passed, f"{m}x{n}x{k} CLUSTER_M={cluster_m} GROUP_M={group_m}: {stats.summary()}"
+            assert stats.passed, f"{m}x{n}x{k} {config.extra}: {stats.summary()}"
     a, b = random_problem(64, 64, 64, BFLOAT16, seed=1)
     with pytest.raises(ValueError, match="CLUSTER_M = 4 must be one of"):
         launcher.plan(a, b, config=GemmConfig(extra={"CLUSTER_M": 4}))

@@ -99,6 +99,19 @@ def test_v5_wgmma_stay_pipelined_under_every_pipeline_knob(cluster_m, num_stages
             assert SERIALISED_WGMMA not in report.log, (bf16, knobs)
 
 
+@pytest.mark.parametrize(("cluster_m", "cluster_n"), [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_v5_multicasts_the_operands_its_cluster_shares(cluster_m, cluster_n):
+    """A cluster along M shares B, one along N shares A: those loads are multicast (UTMALDG.2D.MULTICAST),
+    the others plain, and no cluster shape costs spills or serialised wgmma."""
+    defines = launcher_defines("v5_fused", False, CLUSTER_M=cluster_m, CLUSTER_N=cluster_n)
+    report = compiled("v5_fused", defines)
+    assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, report.log
+    loads = re.findall(r"UTMALDG\.2D[.\w]*", sass("v5_fused", defines))
+    assert sorted(loads) == sorted(
+        "UTMALDG.2D.MULTICAST" if shared > 1 else "UTMALDG.2D" for shared in (cluster_n, cluster_m)
+    )
+
+
 @pytest.mark.parametrize("block_n", [128, 256])
 def test_v5_issues_one_wgmma_shape_per_tile_width(block_n):
     """BLOCK_N picks the instruction: four m64nBLOCK_Nk16 per k-tile (one per k16 step) and no other."""

@@ -55,3 +55,10 @@ def test_the_epilogue_hiding_record_shows_every_variant_checked_and_timed(capsys
     ratios = v5_hiding.median_ratios(json.loads((RESULTS_DIR / "v5_hiding.json").read_text())["rows"])
     assert set(ratios) == {(4096, "fp16"), (4096, "bf16"), (8192, "fp16"), (8192, "bf16")}
     assert all(r["pingpong"] < r["plain"] for r in ratios.values())  # what the v5 README says
+
+
+def test_a_rounds_setting_parses_into_its_config():
+    from lab.rounds import parse_variant
+
+    config = parse_variant("CLUSTER_N=2,BLOCK_N=128")
+    assert config.block_n == 128 and dict(config.extra) == {"CLUSTER_N": 2}
