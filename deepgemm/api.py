@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import cupy
+
 from deepgemm import stages
 from deepgemm.config import GemmConfig
 
@@ -26,7 +28,28 @@ def gemm(
     b may be row-major (K, N) (copied once to K-major) or the transposed view of a contiguous (N, K)
     array (read as it is). bias is an optional vector of N; activation is None, 'relu', 'gelu' (erf),
     'gelu_tanh', 'gelu_erf' or 'silu'; out_dtype defaults to the input dtype and may be float32.
-    Returns a CuPy array (M, N).
+
+    The result comes back in the caller's framework, computed on its current stream: for CuPy arrays a
+    CuPy array on CuPy's current stream; for PyTorch tensors a tensor (no copy) on torch's current stream,
+    so that torch's stream-ordered allocator cannot hand inputs dropped after the call to other work
+    before the kernel has read them. With `out`, the result is `out` itself.
     """
     launcher = stages.load(LIBRARY_STAGE)
-    return launcher.gemm(a, b, out, bias=bias, alpha=alpha, activation=activation, out_dtype=out_dtype, config=config)
+
+    def run() -> Any:
+        return launcher.gemm(
+            a, b, out, bias=bias, alpha=alpha, activation=activation, out_dtype=out_dtype, config=config
+        )
+
+    if not _is_cuda_tensor(a):
+        return run()
+    import torch  # only a caller that passed a torch tensor gets here
+
+    with cupy.cuda.ExternalStream(torch.cuda.current_stream(a.device).cuda_stream, a.device.index):
+        result = run()
+        return out if out is not None else torch.from_dlpack(result)
+
+
+def _is_cuda_tensor(x: Any) -> bool:
+    """A PyTorch tensor on a CUDA device, recognised without importing torch."""
+    return type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type", None) == "cuda"

@@ -17,7 +17,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,6 +31,8 @@ BASE_OPTIONS = ("-std=c++17",)
 
 LAUNCH_THREADS = "LAUNCH_THREADS"  # threads per block
 LAUNCH_SMEM_BYTES = "LAUNCH_SMEM_BYTES"  # dynamic shared memory the kernel needs, alignment slack included
+LAUNCH_STORE_ROWS = "LAUNCH_STORE_ROWS"  # the box C is stored in through TMA, rows x columns (elements);
+LAUNCH_STORE_COLS = "LAUNCH_STORE_COLS"  # only kernels that store C with TMA export them
 
 _modules: dict[tuple, cupy.RawModule] = {}
 _kernels: dict[tuple, cupy.RawKernel] = {}
@@ -39,10 +41,23 @@ _facts: dict[tuple, LaunchFacts] = {}
 
 @dataclass(frozen=True)
 class LaunchFacts:
-    """What a kernel.cu fixes about its launch: threads per block and dynamic shared memory in bytes."""
+    """What a kernel.cu fixes about its launch: threads per block, dynamic shared memory in bytes, and the
+    box (rows, columns) of C's tensor map where the kernel stores C with TMA (None: it takes a pointer)."""
 
     threads: int
     smem_bytes: int
+    store_box: tuple[int, int] | None = None
+
+    @classmethod
+    def from_globals(cls, read: Callable[[str], int | None]) -> LaunchFacts:
+        """The facts from `read(name)`, a kernel global's value or None where the kernel has no such global."""
+        threads, smem, rows, cols = (read(name) for name in LAUNCH_FACTS)
+        if threads is None or smem is None:
+            raise KeyError(f"no symbol {LAUNCH_THREADS if threads is None else LAUNCH_SMEM_BYTES}")
+        return cls(threads, smem, (rows, cols) if rows and cols else None)
+
+
+LAUNCH_FACTS = (LAUNCH_THREADS, LAUNCH_SMEM_BYTES, LAUNCH_STORE_ROWS, LAUNCH_STORE_COLS)
 
 
 def kernel_path(stage: str) -> Path:
@@ -85,23 +100,26 @@ def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
 
 
 def launch_facts(stage: str, defines: Mapping[str, int]) -> LaunchFacts:
-    """LAUNCH_THREADS and LAUNCH_SMEM_BYTES of the stage's kernel compiled with these defines, read back
-    from the module on the GPU once per compiled kernel."""
+    """The LAUNCH_* globals of the stage's kernel compiled with these defines, read back from the module on
+    the GPU once per compiled kernel. RuntimeError where the kernel lacks threads or shared memory."""
     key = _key(stage, defines)
     if key not in _facts:
         module = get_module(stage, defines)
-        _facts[key] = LaunchFacts(
-            *(read_global_int(module, name, stage) for name in (LAUNCH_THREADS, LAUNCH_SMEM_BYTES))
-        )
+        try:
+            _facts[key] = LaunchFacts.from_globals(lambda name: find_global_int(module, name))
+        except KeyError as missing:
+            what = f'{missing.args[0]}: an extern "C" __device__ const int'
+            raise RuntimeError(f"{stage}/kernel.cu lacks a launch fact ({what})") from None
     return _facts[key]
 
 
-def read_global_int(module: cupy.RawModule, name: str, stage: str) -> int:
-    """The value of an `extern "C" __device__ const int` of a compiled module (4 bytes copied to the host)."""
+def find_global_int(module: cupy.RawModule, name: str) -> int | None:
+    """The value of an `extern "C" __device__ const int` of a compiled module (4 bytes copied to the host),
+    or None where the module has no such global."""
     try:
         pointer = module.get_global(name)
     except cupy.cuda.driver.CUDADriverError:
-        raise RuntimeError(f'{stage}/kernel.cu exports no {name} (an extern "C" __device__ const int)') from None
+        return None
     value = np.zeros(1, dtype=np.int32)
     runtime = cupy.cuda.runtime
     runtime.memcpy(value.ctypes.data, pointer.ptr, value.nbytes, runtime.memcpyDeviceToHost)
@@ -125,8 +143,15 @@ class CompileReport:
         return cubin_global_int(self.cubin, name)
 
     def launch_facts(self) -> LaunchFacts:
-        """LAUNCH_THREADS and LAUNCH_SMEM_BYTES, as `launch_facts` reads them on a GPU."""
-        return LaunchFacts(self.global_int(LAUNCH_THREADS), self.global_int(LAUNCH_SMEM_BYTES))
+        """The LAUNCH_* globals, as `launch_facts` reads them on a GPU; KeyError without threads or memory."""
+
+        def read(name: str) -> int | None:
+            try:
+                return self.global_int(name)
+            except KeyError:
+                return None
+
+        return LaunchFacts.from_globals(read)
 
 
 _PTXAS_PATTERNS = {

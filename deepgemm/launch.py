@@ -139,16 +139,15 @@ def tma_gemm_launch(
     persistent: bool = False,
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
-    store_box: tuple[int, int] | None = None,
     keep_alive: tuple = (),
 ) -> KernelLaunch:
     """What v3-v5 share: K-major operands, their tensor maps, the kernel with the threads and dynamic shared
     memory it exports (`jit.launch_facts`), and a 1-D grid of output tiles (a balanced persistent grid when
     `persistent`, in clusters of the config's CLUSTER_M x CLUSTER_N).
 
-    Without `store_box` the kernel takes C as a pointer and its leading dimension. With it (rows, cols),
-    the kernel stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot describe is
-    written to a padded buffer and copied. A config whose pipeline stages alone exceed the GPU's shared
+    A kernel that exports no store box takes C as a pointer and its leading dimension. One that does
+    (`LaunchFacts.store_box`) stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot
+    describe is written to a padded buffer and copied. A config whose pipeline stages alone exceed the GPU's shared
     memory is refused before it is compiled; the exact total is checked once the kernel says it."""
     require_smem(tile_smem_bytes(cfg))
     a_k, b_k, k = k_major_operands(problem)
@@ -160,12 +159,12 @@ def tma_gemm_launch(
     kernel, facts = get_kernel(stage, defines), launch_facts(stage, defines)
     m, n = (np.int32(v) for v in (problem.m, problem.n))
     written = None
-    if store_box is None:
+    if facts.store_box is None:
         args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, np.int32(k), np.int32(leading_dim(problem.out)))
     else:
         target = tma_store_target(problem.out)
         written = None if target is problem.out else target
-        tma_c = encode_tile_map(target, *store_box, swizzle_bytes=128)
+        tma_c = encode_tile_map(target, *facts.store_box, swizzle_bytes=128)
         args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
     if persistent:
         grid = persistent_grid(problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m, cluster_n)

@@ -56,6 +56,16 @@ def test_tma_stages_export_the_threads_and_shared_memory_they_launch_with(stage,
     assert facts.smem_bytes + report.static_smem_bytes <= SMEM_PER_BLOCK
 
 
+@pytest.mark.parametrize(("out_dtype", "element_bytes"), [(0, 2), (1, 2), (2, 4)])
+def test_v5_exports_the_box_it_stores_c_in(out_dtype, element_bytes):
+    """Each consumer warp stores 16 rows of C, 128 bytes of columns at a time (the 128B swizzle span): the
+    launcher builds C's tensor map from this box, so it must follow the output type."""
+    facts = compiled("v5_fused", launcher_defines("v5_fused", False, OUT_DTYPE=out_dtype)).launch_facts()
+    assert facts.store_box == (16, 128 // element_bytes)
+    for stage in ("v3_wgmma_tma", "v4_pipeline_swizzle"):  # these store C from registers, through a pointer
+        assert compiled(stage, launcher_defines(stage, False)).launch_facts().store_box is None
+
+
 def test_stages_without_tma_export_no_launch_facts():
     with pytest.raises(KeyError, match="no symbol LAUNCH_THREADS"):
         compiled("v2_mma_sync", launcher_defines("v2_mma_sync", False)).launch_facts()

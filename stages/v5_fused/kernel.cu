@@ -135,6 +135,8 @@ static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
 // The launch facts the launcher reads back from the compiled module, so they are written only here.
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
 extern "C" __device__ const int LAUNCH_SMEM_BYTES = DYNAMIC_SMEM_BYTES;
+extern "C" __device__ const int LAUNCH_STORE_ROWS = EPI_ROWS;         // the box of C's tensor map: rows ...
+extern "C" __device__ const int LAUNCH_STORE_COLS = EPI_CHUNK_COLS;   // ... and columns (128 bytes of out_t)
 
 // The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
 // parameter so that TMA can read it from the kernel's parameter space.

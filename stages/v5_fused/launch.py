@@ -19,8 +19,6 @@ from deepgemm.operands import bias_vector, check_problem, require_gpu
 STAGE = "v5_fused"
 MIN_CC = (9, 0)
 SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
-STORE_ROWS = 16  # each consumer warp stores its 16 rows of C ...
-STORE_BYTES = 128  # ... in boxes of 128 bytes of columns, the 128B swizzle span: the box of C's tensor map
 DEFAULTS = GemmConfig(
     block_m=128,
     block_n=256,
@@ -73,7 +71,6 @@ def plan(
         persistent=True,
         epilogue_args=(bias_arg, np.float32(alpha)),
         epilogue_defines=epilogue_defines(bias is not None, activation, p.out.dtype),
-        store_box=(STORE_ROWS, STORE_BYTES // p.out.itemsize),
         keep_alive=(bias_f32,),
     )
 
