@@ -166,20 +166,10 @@ def bench_variants(
     return [*with_ratios(rows, baseline), baseline]
 
 
-def bench_shape(
-    stage_list: Sequence[str],
-    m: int,
-    n: int,
-    k: int,
-    dtype_name: str,
-    *,
-    settle_s: float = 1.0,
-    seed: int = 0,
-    log: Callable[[str], None] = print,
-) -> list[dict[str, object]]:
-    """Verify and time each stage and cuBLAS at one shape and dtype; one row per stage, then cuBLAS."""
-    plans = {stage: stages.load(stage).plan for stage in stage_list}
-    return bench_variants(plans, m, n, k, dtype_name, settle_s=settle_s, seed=seed, log=log)
+def bench_shape(stage_list: Sequence[str], *args: object, **kwargs: object) -> list[dict[str, object]]:
+    """Verify and time each stage and cuBLAS at one shape and dtype (`bench_variants`' other arguments); one
+    row per stage, then cuBLAS."""
+    return bench_variants({stage: stages.load(stage).plan for stage in stage_list}, *args, **kwargs)
 
 
 def bench_configs(
@@ -252,34 +242,41 @@ def bench_call(
     return [*with_ratios(rows, baseline), baseline]
 
 
-def bench_pairs(
-    stage: str,
+def bench_rounds(
+    variants: dict[str, Callable[[cupy.ndarray, cupy.ndarray], Callable[[], object]]],
     m: int,
     n: int,
     k: int,
     dtype_name: str,
     *,
-    pairs: int = 6,
+    rounds: int = 6,
     settle_s: float = 1.0,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, object]]:
-    """A stage and cuBLAS timed alternately, `pairs` times, the order swapped from one pair to the next.
+    """Named ways to plan one GEMM and cuBLAS, all timed in each of `rounds` rounds, the order rotated from one
+    round to the next; each row carries its round (`pair`) and its ratio to cuBLAS in that round.
 
     One progression row per stage says little about a gap of a percent or two: the card's clock drifts with
-    its temperature and the power cap, and whichever row runs first meets a cooler card. Each pair's ratio
-    compares two rows measured seconds apart, and swapping the order cancels what running first is worth.
+    its temperature and the power cap, and whichever row runs first meets a cooler card. Each round's ratios
+    compare rows measured seconds apart, and rotating the order cancels what running first is worth.
     """
     work = Workload.make(m, n, k, dtype_name)
-    launchers = {
-        CUBLAS: cublas_launches(work),
-        stage: [stages.load(stage).plan(a, b) for a, b in work.problems],
-    }
+    launchers = {CUBLAS: cublas_launches(work)}
+    launchers.update({name: [plan(a, b) for a, b in work.problems] for name, plan in variants.items()})
+    names = list(launchers)
     rows = []
-    for pair in range(pairs):
-        order = (CUBLAS, stage) if pair % 2 == 0 else (stage, CUBLAS)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
         measured = {name: measure(name, work, launchers[name], settle_s=settle_s) for name in order}
         for name in order:
-            measured[name].update(pair=pair, x_cublas=measured[name]["tflops"] / measured[CUBLAS]["tflops"])
+            measured[name].update(pair=r, x_cublas=measured[name]["tflops"] / measured[CUBLAS]["tflops"])
             _log_row(measured[name], log)
             rows.append(measured[name])
     return rows
+
+
+def bench_pairs(
+    stage: str, m: int, n: int, k: int, dtype_name: str, *, pairs: int = 6, **kwargs: object
+) -> list[dict[str, object]]:
+    """A stage and cuBLAS timed alternately, `pairs` times, the order swapped from one pair to the next."""
+    return bench_rounds({stage: stages.load(stage).plan}, m, n, k, dtype_name, rounds=pairs, **kwargs)

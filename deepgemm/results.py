@@ -196,10 +196,11 @@ def stage_rows(rows: Sequence[dict[str, Any]], stage: str) -> list[dict[str, Any
 
 
 def pair_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stage, dtype and shape of a `pairs` record: the median, lowest and highest x cuBLAS over its pairs."""
+    """Per stage, dtype and shape of a `pairs` record, or of any record timed in rounds beside cuBLAS (a round
+    is a pair of more than two; older lab records call it `round`): the median, lowest and highest x cuBLAS."""
     groups: dict[tuple, list[float]] = {}
     for row in rows:
-        if row["stage"] != "cublas" and "pair" in row:
+        if ("pair" in row or "round" in row) and row["stage"] != "cublas":
             groups.setdefault((row["stage"], row["dtype"], row["m"], row["n"], row["k"]), []).append(row["x_cublas"])
     return [
         {

@@ -13,14 +13,14 @@ from pathlib import Path
 from deepgemm import results
 from deepgemm.bench import bench_variants
 from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
-from lab import RESULTS_DIR, coalescer, gpc, rounds, sweeps, v5_hiding
+from lab import RESULTS_DIR, coalescer, gpc, rounds, sweeps
 
 COMMANDS = {  # record -> the command that writes it
     **{name: f"python -m lab sweep {name} --record" for name in sweeps.SWEEPS},
     "coalescer": "python -m lab coalescer --record",
     "gpc_map": "python -m lab coalescer --record",
     "gpc_placement": "python -m lab gpc --record",
-    "v5_hiding": "python -m lab.v5_hiding --record, at commit c44a640 (lab/v5_hiding.py)",
+    "v5_hiding": "python -m lab.v5_hiding --record, at commit c44a640 (git show c44a640:lab/v5_hiding.py)",
     "v5_cluster_n": 'python -m lab.rounds --variants "CLUSTER_N=1;CLUSTER_N=2" --record v5_cluster_n',
 }
 
@@ -53,7 +53,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     summaries = {
         "coalescer": coalescer.summary_lines,
         "gpc_placement": gpc.placement_lines,
-        "v5_hiding": v5_hiding.summary_lines,
+        "v5_hiding": rounds.summary_lines,
         "v5_cluster_n": rounds.summary_lines,
     }
     return show(args.name, summaries.get(args.name))

@@ -11,19 +11,17 @@ output at tail shapes (plain and fused epilogue). With --record the rows go to l
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
 
 import cupy
 
 from deepgemm import results, stages
-from deepgemm.bench import Workload, cublas_launches, measure
+from deepgemm.bench import bench_rounds
 from deepgemm.check import random_problem, reference, verify
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
 from deepgemm.launch import KernelLaunch
-from deepgemm.stages import CUBLAS
 from lab import RESULTS_DIR
 
 STAGE = "v5_fused"
@@ -64,38 +62,13 @@ def check_tails(variants: dict[str, GemmConfig], log: Callable[[str], None]) -> 
     return rows
 
 
-def timed_rounds(
-    variants: dict[str, GemmConfig], shape: tuple[int, int, int], dtype_name: str, rounds: int, log: Callable
-) -> list[dict]:
-    work = Workload.make(*shape, dtype_name)
-    launchers = {CUBLAS: cublas_launches(work)}
-    launchers.update({name: [planner(cfg)(a, b) for a, b in work.problems] for name, cfg in variants.items()})
-    order = list(launchers)
-    rows = []
-    for r in range(rounds):
-        this_round = order[r % len(order) :] + order[: r % len(order)]
-        measured = {name: measure(name, work, launchers[name], settle_s=1.0) for name in this_round}
-        for name in this_round:
-            row = measured[name]
-            row.update(round=r, x_cublas=row["tflops"] / measured[CUBLAS]["tflops"])
-            rows.append(row)
-            log(f"{dtype_name} {shape[0]} r{r} {name:24s} {row['tflops']:7.1f} x{row['x_cublas']:.3f} "
-                f"{row['sm_clock_mhz']} MHz passed={row['passed']}")  # fmt: skip
-    return rows
-
-
 def summary_lines(rows: list[dict]) -> list[str]:
-    """The tail checks, then each setting's median ratio to cuBLAS over the rounds."""
+    """The tail checks, then each setting's median ratio to cuBLAS over the rounds, with its range."""
     tails = [r for r in rows if r.get("tail_check")]
-    timed = [r for r in rows if "round" in r]
-    names = list(dict.fromkeys(r["stage"] for r in timed if r["stage"] != CUBLAS))
-    lines = [f"tail checks: {sum(r['passed'] for r in tails)} of {len(tails)} passed",
-             f"{'M':>5s} {'dtype':5s} " + " ".join(f"{n:>24s}" for n in names)]  # fmt: skip
-    for m, dtype_name in sorted({(r["m"], r["dtype"]) for r in timed}):
-        here = [r for r in timed if (r["m"], r["dtype"]) == (m, dtype_name)]
-        cells = [statistics.median(r["x_cublas"] for r in here if r["stage"] == n) for n in names]
-        lines.append(f"{m:5d} {dtype_name:5s} " + " ".join(f"{c:24.3f}" for c in cells))
-    return lines
+    return [
+        f"tail checks: {sum(r['passed'] for r in tails)} of {len(tails)} passed",
+        results.format_table(results.pair_summary(rows), results.PAIR_COLUMNS),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for size in (int(s) for s in args.shapes.split(",")):
         for dtype_name in ("fp16", "bf16") if args.dtype == "both" else (args.dtype,):
-            rows += timed_rounds(variants, (size, size, size), dtype_name, args.rounds, log)
+            plans = {name: planner(cfg) for name, cfg in variants.items()}
+            rows += bench_rounds(plans, size, size, size, dtype_name, rounds=args.rounds, log=log)
     print("\n".join(summary_lines(rows)))
     if args.record:
         prov = results.provenance(["python", "-m", "lab.rounds", *sys.argv[1:]])
