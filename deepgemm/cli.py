@@ -123,12 +123,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    """The recorded progression as the Markdown table the README carries."""
+    """The recorded progression as a Markdown table: the stage READMEs' (all columns), or with `--brief` the
+    top README's."""
     record = results.load(args.name)
     rows = record["rows"]
     if args.stage:
         rows = results.stage_rows(rows, stage_name(args.stage))
-    print(results.markdown_table(rows))
+    print(results.markdown_table(rows, results.BRIEF_COLUMNS if args.brief else results.MARKDOWN_COLUMNS))
     return 0
 
 
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")
     table.add_argument("--name", default="progression")
     table.add_argument("--stage", default=None, help="only this stage's rows and cuBLAS's beside them")
+    table.add_argument("--brief", action="store_true", help="the top README's columns")
     table.set_defaults(run=cmd_table)
     sub.add_parser("info", help="the GPU and software this would measure on").set_defaults(run=cmd_info)
     profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")

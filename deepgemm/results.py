@@ -178,6 +178,13 @@ MARKDOWN_COLUMNS = (
     ("sm_clock_mhz", "SM MHz", 0),
     ("power_w", "W", 0),
 )
+BRIEF_COLUMNS = (  # the top README's table: speed, efficiency at the measured clock, and the two ratios
+    *ROW_ID_COLUMNS,
+    ("tflops", "TFLOP/s", 1),
+    ("pct_peak_at_clock", "% of peak at clock", 1),
+    ("x_prev", "x prev", 2),
+    ("x_cublas", "x cuBLAS", 2),
+)
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, int]] = MARKDOWN_COLUMNS) -> str:

@@ -16,7 +16,7 @@ import cupy
 from deepgemm import stages
 from deepgemm.config import GemmConfig
 from deepgemm.launch import KernelLaunch, max_active_clusters
-from deepgemm.model import ceil_div, cluster_rows
+from deepgemm.model import cluster_tiles
 
 STAGE = "v5_fused"
 SWEEPS = {
@@ -40,7 +40,7 @@ def one_cta_per_sm(a: cupy.ndarray, b: cupy.ndarray) -> KernelLaunch:
     launch = v5.plan(a, b)
     cfg = v5.DEFAULTS
     cluster_m = cfg.value("CLUSTER_M")
-    tiles = cluster_rows(a.shape[0], cfg.value("BLOCK_M"), cluster_m) * ceil_div(b.shape[1], cfg.value("BLOCK_N"))
+    tiles = cluster_tiles(a.shape[0], b.shape[1], cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m)
     slots = max_active_clusters(launch.kernel, launch.block[0], launch.shared_mem, cluster_m)
     return dataclasses.replace(launch, grid=(min(tiles, slots) * cluster_m,))
 

@@ -100,6 +100,26 @@ def test_pairs_alternate_and_compare_within_each_pair():
         assert v5["x_cublas"] == pytest.approx(v5["tflops"] / cublas["tflops"])
 
 
+def test_rounds_rotate_the_order_and_compare_within_each_round(monkeypatch):
+    """The timing order without a GPU: each round starts one place further along, and each row's ratio is
+    to the cuBLAS row of its own round (the pairs are the two-setting case: cuBLAS first, then the stage)."""
+    speeds = iter(range(100, 200))
+
+    def fake_measure(name, work, launches, *, settle_s):
+        return {"stage": name, "tflops": float(next(speeds))}
+
+    monkeypatch.setattr(bench.Workload, "make", classmethod(lambda cls, *a, **k: types.SimpleNamespace(problems=[(0, 0)])))
+    monkeypatch.setattr(bench, "cublas_launches", lambda work: [])
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    plans = {"a": lambda a, b: None, "b": lambda a, b: None}
+    rows = bench.bench_rounds(plans, 64, 64, 64, "fp16", rounds=3, log=lambda _: None)
+    assert [r["stage"] for r in rows] == ["cublas", "a", "b", "a", "b", "cublas", "b", "cublas", "a"]
+    assert [r["pair"] for r in rows] == [0] * 3 + [1] * 3 + [2] * 3
+    for row in rows:
+        cublas = next(r for r in rows if r["pair"] == row["pair"] and r["stage"] == "cublas")
+        assert row["x_cublas"] == row["tflops"] / cublas["tflops"]
+
+
 def _bench_args(**overrides: object) -> argparse.Namespace:
     args = cli.build_parser().parse_args(["bench", "--shapes", "4096,8192", "--dtype", "both"])
     for key, value in overrides.items():

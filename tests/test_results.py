@@ -92,7 +92,7 @@ def test_readme_table_is_the_recorded_one(progression):
     readme = (results.REPO / "README.md").read_text()
     block = re.search(r"<!-- progression:start -->(.*)<!-- progression:end -->", readme, re.S)
     assert block, "README.md lost its progression markers"
-    assert results.markdown_table(progression["rows"]) in block.group(1)
+    assert results.markdown_table(progression["rows"], results.BRIEF_COLUMNS) in block.group(1)
     assert progression["provenance"]["commit"][:12] in block.group(1)
 
 
