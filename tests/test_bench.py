@@ -108,7 +108,8 @@ def test_rounds_rotate_the_order_and_compare_within_each_round(monkeypatch):
     def fake_measure(name, work, launches, *, settle_s):
         return {"stage": name, "tflops": float(next(speeds))}
 
-    monkeypatch.setattr(bench.Workload, "make", classmethod(lambda cls, *a, **k: types.SimpleNamespace(problems=[(0, 0)])))
+    one_set = types.SimpleNamespace(problems=[(0, 0)])
+    monkeypatch.setattr(bench.Workload, "make", classmethod(lambda cls, *a, **k: one_set))
     monkeypatch.setattr(bench, "cublas_launches", lambda work: [])
     monkeypatch.setattr(bench, "measure", fake_measure)
     plans = {"a": lambda a, b: None, "b": lambda a, b: None}
