@@ -1,15 +1,31 @@
-"""The library call: `deepgemm.gemm(a, b, ...)` runs the last stage, v5_fused (sm_90a, Hopper)."""
+"""The library call: `deepgemm.gemm(a, b, ...)` runs the last stage, v5_fused (sm_90a, Hopper).
+
+A call is planned once per key: device, dtypes, shapes, strides and alignment of the operands, the bias,
+`out`, the activation, the output dtype and the config. The plan holds what the checks, the JIT, the
+occupancy query and the tensor maps produced, and a parameter buffer for `cuLaunchKernel`
+(`driver.RawLaunch`). A call whose key has a plan reads the metadata off the caller's arrays, allocates the
+output in the caller's framework, re-points the tensor maps at this call's arrays and launches on the
+caller's current stream: no checks, no DLPack, no CuPy launch. An operand TMA cannot read as it lies (a row
+stride that is not a multiple of 16 bytes) is copied by the stage on every call, so such a key's plan runs
+the stage's planning each time, copy included.
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import cupy
 
 from deepgemm import stages
 from deepgemm.config import GemmConfig
+from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, RawLaunch, check
+from deepgemm.frameworks import Cupy, Torch, framework_of
+from deepgemm.launch import KernelLaunch
+from deepgemm.operands import as_device_array, check_problem
 
 LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
+PLAN_CACHE_SIZE = 1024  # plans kept, the oldest dropped first; a model has a few dozen shapes
 
 
 def gemm(
@@ -25,31 +41,133 @@ def gemm(
 ) -> Any:
     """act(alpha * a @ b + bias) for FP16/BF16 a (M, K) and b (K, N), FP32 accumulation.
 
-    b may be row-major (K, N) (copied once to K-major) or the transposed view of a contiguous (N, K)
-    array (read as it is). bias is an optional vector of N; activation is None, 'relu', 'gelu' (erf),
-    'gelu_tanh', 'gelu_erf' or 'silu'; out_dtype defaults to the input dtype and may be float32.
+    a may be row-major (M, K) or the transposed view of a row-major (K, M); b row-major (K, N) or the
+    transposed view of a row-major (N, K): the kernel reads all four as they lie. bias is an optional
+    vector of N; activation is None, 'relu', 'gelu' (erf), 'gelu_tanh', 'gelu_erf' or 'silu'; out_dtype
+    defaults to the input dtype and may be float32; `out` may have a row stride.
 
     The result comes back in the caller's framework, computed on its current stream: for CuPy arrays a
-    CuPy array on CuPy's current stream; for PyTorch tensors a tensor (no copy) on torch's current stream,
-    so that torch's stream-ordered allocator cannot hand inputs dropped after the call to other work
-    before the kernel has read them. With `out`, the result is `out` itself.
+    CuPy array on CuPy's current stream; for PyTorch tensors a tensor allocated by torch, on torch's
+    current stream, so that torch's stream-ordered allocator cannot hand inputs dropped after the call
+    to other work before the kernel has read them. With `out`, the result is `out` itself.
     """
-    launcher = stages.load(LIBRARY_STAGE)
+    framework = framework_of(a)
+    options = {"activation": activation, "out_dtype": out_dtype, "config": config}
+    try:
+        key = plan_key(framework, a, b, bias, out, options)
+    except TypeError:  # not arrays of one framework, or an unhashable option: the checks say what is wrong
+        return Replanned(framework, None)(a, b, bias, alpha, out, options)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = make_plan(framework, a, b, bias, alpha, out, options)
+        if len(_PLANS) >= PLAN_CACHE_SIZE:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan(a, b, bias, alpha, out, options)
 
-    def run() -> Any:
-        return launcher.gemm(
-            a, b, out, bias=bias, alpha=alpha, activation=activation, out_dtype=out_dtype, config=config
-        )
 
-    if not _is_cuda_tensor(a):
-        return run()
-    import torch  # only a caller that passed a torch tensor gets here
-
-    with cupy.cuda.ExternalStream(torch.cuda.current_stream(a.device).cuda_stream, a.device.index):
-        result = run()
-        return out if out is not None else torch.from_dlpack(result)
+_PLANS: dict[tuple, Any] = {}
 
 
-def _is_cuda_tensor(x: Any) -> bool:
-    """A PyTorch tensor on a CUDA device, recognised without importing torch."""
-    return type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type", None) == "cuda"
+def plan_key(framework: Cupy | Torch, a: Any, b: Any, bias: Any, out: Any, options: dict[str, Any]) -> tuple:
+    """What fixes a launch, read off the arrays; TypeError where an argument is not the framework's array."""
+    meta = framework.meta
+    aligned = not ((framework.pointer(a) | framework.pointer(b)) & 15)
+    config = options["config"]
+    return (
+        framework.name,
+        meta(a),
+        meta(b),
+        aligned,
+        None if bias is None else meta(bias),
+        None if out is None else (meta(out), not framework.pointer(out) & 15),
+        options["activation"],
+        options["out_dtype"],
+        None if config is None else config.key(),
+    )
+
+
+def make_plan(
+    framework: Cupy | Torch, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
+) -> Launched | Replanned:
+    """Check the call, compile and plan it; a `Launched` plan where the kernel reads the operands in place."""
+    device = framework.meta(a)[3]
+    launch, _ = stage_launch(framework, device, a, b, bias, alpha, out, options)
+    if not launch.in_place:
+        return Replanned(framework, device)
+    raw = RawLaunch(launch.kernel.kernel.ptr, launch.grid[0], launch.block[0], launch.shared_mem, launch.args)
+    bias_in_place = bias is None or framework.is_float32_vector(framework.meta(bias))
+    out_dtype = framework.framework_dtype(launch.out.dtype)
+    return Launched(framework, device, raw, launch.out.shape, out_dtype, bias_in_place)
+
+
+def stage_launch(
+    framework: Cupy | Torch, device: int, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
+) -> tuple[KernelLaunch, Any]:
+    """The stage's plan of this call, with the output (`out`, or allocated by the framework) it writes."""
+    with cupy.cuda.Device(device), framework.on_stream(device):
+        problem = check_problem(a, b, out, out_dtype=options["out_dtype"])  # the caller's errors, named
+        dtype = framework.framework_dtype(problem.out.dtype)
+        target = framework.empty((problem.m, problem.n), dtype, a) if out is None else out
+        return stages.load(LIBRARY_STAGE).plan(a, b, target, bias=bias, alpha=alpha, **options), target
+
+
+class Launched:
+    """A planned call whose kernel reads the operands in place: a call re-points and launches."""
+
+    def __init__(
+        self,
+        framework: Cupy | Torch,
+        device: int,
+        raw: RawLaunch,
+        out_shape: tuple[int, int],
+        out_dtype: Any,
+        bias_in_place: bool,
+    ) -> None:
+        self.framework, self.device, self.raw = framework, device, raw
+        self.out_shape, self.out_dtype, self.bias_in_place = out_shape, out_dtype, bias_in_place
+        slots = stages.load(LIBRARY_STAGE).ARG_SLOTS
+        self.slot_a, self.slot_b, self.slot_out = slots["a"], slots["b"], slots["out"]
+        self.bias_arg, self.alpha_arg = raw.u64(slots["bias"]), raw.f32(slots["alpha"])
+        self.lock = threading.Lock()  # one parameter buffer: written and launched by one thread at a time
+
+    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]) -> Any:
+        if cupy.cuda.runtime.getDevice() != self.device:  # the kernel is loaded in the device's primary context
+            with cupy.cuda.Device(self.device):
+                return self.launch(a, b, bias, alpha, out)
+        return self.launch(a, b, bias, alpha, out)
+
+    def launch(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
+        fw = self.framework
+        result = fw.empty(self.out_shape, self.out_dtype, a) if out is None else out
+        if bias is not None and not self.bias_in_place:
+            bias = fw.float32_vector(bias)  # on the same stream as the kernel: it lives until the kernel ran
+        pa, pb, pc = fw.pointer(a), fw.pointer(b), fw.pointer(result)
+        stream = fw.stream(self.device)
+        with self.lock:
+            self.raw.repoint_map(self.slot_a, pa)
+            self.raw.repoint_map(self.slot_b, pb)
+            self.raw.repoint_map(self.slot_out, pc)
+            self.bias_arg.value = 0 if bias is None else fw.pointer(bias)
+            self.alpha_arg.value = alpha
+            status = self.raw.launch(stream)
+            if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make its context current
+                with cupy.cuda.Device(self.device):
+                    status = self.raw.launch(stream)
+            check(status, "cuLaunchKernel of gemm_kernel")
+        return result
+
+
+class Replanned:
+    """A call planned anew each time: operands TMA cannot read as they lie (the stage copies them), or
+    arguments that are not arrays of the caller's framework (the checks name what is wrong)."""
+
+    def __init__(self, framework: Cupy | Torch, device: int | None) -> None:
+        self.framework, self.device = framework, device
+
+    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]) -> Any:
+        device = self.device if self.device is not None else as_device_array(a, "a").device.id
+        launch, target = stage_launch(self.framework, device, a, b, bias, alpha, out, options)
+        with cupy.cuda.Device(device), self.framework.on_stream(device):
+            launch()
+        return target

@@ -38,6 +38,10 @@ class GemmConfig:
         merged = replace(defaults, **{k: v for k, v in core.items() if v is not None})
         return replace(merged, extra={**defaults.extra, **self.extra})
 
+    def key(self) -> tuple:
+        """The fields as a hashable tuple: equal configs, equal keys (the library call's plan cache)."""
+        return (self.block_m, self.block_n, self.block_k, self.num_stages, tuple(sorted(self.extra.items())))
+
     def defines(self) -> dict[str, int]:
         """The `-D` defines this config compiles to."""
         out = {f.name.upper(): getattr(self, f.name) for f in fields(self) if f.name != "extra"}

@@ -16,8 +16,8 @@ from deepgemm.config import GemmConfig, require_at_most, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
 from deepgemm.jit import get_kernel, launch_facts
 from deepgemm.model import balanced_workers, cluster_tiles, output_tiles
-from deepgemm.operands import Problem, k_major_operands, leading_dim
-from deepgemm.tma import encode_tile_map, operand_maps, tma_store_target
+from deepgemm.operands import Problem, k_major, leading_dim, padded_k
+from deepgemm.tma import encode_tile_map, operand_map, read_in_place, tma_store_target
 
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -45,6 +45,7 @@ class KernelLaunch:
     shared_mem: int = 0
     keep_alive: tuple = ()  # copies the kernel reads through descriptors, kept until the plan is dropped
     written: cupy.ndarray | None = None  # where the kernel writes, when not `out` itself; copied into `out`
+    in_place: bool = False  # the kernel reads the caller's operands and writes `out` itself: nothing copied
 
     def __post_init__(self) -> None:
         limits = device_limits(cupy.cuda.Device().id)
@@ -130,6 +131,16 @@ def persistent_grid(
     return balanced_workers(tiles, slots) * size
 
 
+def tma_operand(x: cupy.ndarray, mn_major_ok: bool) -> tuple[cupy.ndarray, bool, bool]:
+    """An operand (M or N, K) as a TMA stage reads it: (array, MN-major, copied). In place where TMA can
+    describe it (MN-major only where the stage reads that layout); else a K-major copy with K padded to
+    16-byte rows, the one case that copies."""
+    found = read_in_place(x, mn_major_ok)
+    if found is not None:
+        return (*found, False)
+    return k_major(x, padded_k(x.shape[1])), False, True
+
+
 def tma_gemm_launch(
     stage: str,
     problem: Problem,
@@ -137,35 +148,41 @@ def tma_gemm_launch(
     *,
     swizzle_bytes: int,
     persistent: bool = False,
+    mn_major_ok: bool = False,
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
     keep_alive: tuple = (),
 ) -> KernelLaunch:
-    """What v3-v5 share: K-major operands, their tensor maps, the kernel with the threads and dynamic shared
-    memory it exports (`jit.launch_facts`), and a 1-D grid of output tiles (a balanced persistent grid when
-    `persistent`, in clusters of the config's CLUSTER_M x CLUSTER_N).
+    """What v3-v5 share: operands read in place where TMA can describe them (`tma_operand`; a stage that
+    reads MN-major operands, `mn_major_ok`, is told which are through A_MN_MAJOR and B_MN_MAJOR), their
+    tensor maps, the kernel with the threads and dynamic shared memory it exports (`jit.launch_facts`),
+    and a 1-D grid of output tiles (a balanced persistent grid when `persistent`, in clusters of the
+    config's CLUSTER_M x CLUSTER_N).
 
     A kernel that exports no store box takes C as a pointer and its leading dimension. One that does
     (`LaunchFacts.store_box`) stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot
     describe is written to a padded buffer and copied. A config whose pipeline stages alone exceed the GPU's shared
     memory is refused before it is compiled; the exact total is checked once the kernel says it."""
     require_smem(tile_smem_bytes(cfg))
-    a_k, b_k, k = k_major_operands(problem)
-    block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
+    a_x, a_mn, a_copied = tma_operand(problem.a, mn_major_ok)
+    b_x, b_mn, b_copied = tma_operand(problem.b.T, mn_major_ok)
+    block_m, block_n, box_k = cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cfg.value("BOX_K")
     # A cluster's CTAs each load block_m / cluster_n rows of A and block_n / cluster_m rows of B.
     cluster_m, cluster_n = cfg.extra.get("CLUSTER_M", 1), cfg.extra.get("CLUSTER_N", 1)
-    tma_a, tma_b = operand_maps(a_k, b_k, block_m // cluster_n, block_n // cluster_m, cfg.value("BOX_K"), swizzle_bytes)
-    defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **(epilogue_defines or {})}
+    tma_a = operand_map(a_x, a_mn, block_m // cluster_n, box_k, swizzle_bytes)
+    tma_b = operand_map(b_x, b_mn, block_n // cluster_m, box_k, swizzle_bytes)
+    layout = {"A_MN_MAJOR": int(a_mn), "B_MN_MAJOR": int(b_mn)} if mn_major_ok else {}
+    defines = {**cfg.defines(), **dtype_defines(problem.a.dtype), **layout, **(epilogue_defines or {})}
     kernel, facts = get_kernel(stage, defines), launch_facts(stage, defines)
-    m, n = (np.int32(v) for v in (problem.m, problem.n))
+    m, n, k = (np.int32(v) for v in (problem.m, problem.n, problem.k))
     written = None
     if facts.store_box is None:
-        args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, np.int32(k), np.int32(leading_dim(problem.out)))
+        args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, k, np.int32(leading_dim(problem.out)))
     else:
         target = tma_store_target(problem.out)
         written = None if target is problem.out else target
         tma_c = encode_tile_map(target, *facts.store_box, swizzle_bytes=128)
-        args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, np.int32(k))
+        args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, k)
     if persistent:
         grid = persistent_grid(problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m, cluster_n)
     else:
@@ -177,6 +194,7 @@ def tma_gemm_launch(
         args,
         problem.out,
         facts.smem_bytes,
-        keep_alive=(a_k, b_k, *keep_alive),
+        keep_alive=(a_x, b_x, *keep_alive),
         written=written,
+        in_place=not (a_copied or b_copied or written is not None),
     )

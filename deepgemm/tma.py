@@ -113,14 +113,23 @@ def _encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_byte
     return np.frombuffer(raw, dtype=np.dtype((np.void, DESCRIPTOR_BYTES)))[0]
 
 
-def operand_maps(
-    a_k: cupy.ndarray, b_k: cupy.ndarray, block_m: int, block_n: int, box_k: int, swizzle_bytes: int
-) -> tuple[np.void, np.void]:
-    """The maps of A (M x K) and K-major B (N x K) that the TMA stages read, one box per tile row block."""
-    return (
-        encode_tile_map(a_k, block_m, box_k, swizzle_bytes),
-        encode_tile_map(b_k, block_n, box_k, swizzle_bytes),
-    )
+def operand_map(x: cupy.ndarray, mn_major: bool, rows: int, box_k: int, swizzle_bytes: int) -> np.void:
+    """The map of one operand as a kernel reads it, `rows` rows of M (or N) at a time: a K-major `x` (rows, K)
+    in boxes of rows x box_k; an MN-major `x` (K, M or N) in boxes of box_k rows x one swizzle span of
+    columns, so that the kernel loads rows / span of them side by side."""
+    if mn_major:
+        return encode_tile_map(x, box_k, swizzle_bytes // x.itemsize, swizzle_bytes)
+    return encode_tile_map(x, rows, box_k, swizzle_bytes)
+
+
+def read_in_place(x: cupy.ndarray, mn_major_ok: bool) -> tuple[cupy.ndarray, bool] | None:
+    """How TMA reads an operand `x` (M or N, K) as it lies, or None where it cannot: `(x, False)` K-major,
+    `(x.T, True)` MN-major, where K is the strided dimension (the transposed view of a row-major array)."""
+    if x.strides[1] == x.itemsize and tma_describable(x):
+        return x, False
+    if mn_major_ok and x.strides[0] == x.itemsize and tma_describable(x.T):
+        return x.T, True
+    return None
 
 
 def tma_describable(x: cupy.ndarray) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from deepgemm.api import _is_cuda_tensor
+from deepgemm.frameworks import is_cuda_tensor
 
 
 def _fake(module: str, device_type: str) -> object:
@@ -14,7 +14,7 @@ def _fake(module: str, device_type: str) -> object:
 
 
 def test_only_a_torch_tensor_on_a_cuda_device_takes_the_torch_path():
-    assert _is_cuda_tensor(_fake("torch", "cuda"))
-    assert not _is_cuda_tensor(_fake("torch", "cpu"))  # a host tensor gets the usual TypeError instead
-    assert not _is_cuda_tensor(_fake("cupy._core.core", "cuda"))
-    assert not _is_cuda_tensor(object())
+    assert is_cuda_tensor(_fake("torch", "cuda"))
+    assert not is_cuda_tensor(_fake("torch", "cpu"))  # a host tensor gets the usual TypeError instead
+    assert not is_cuda_tensor(_fake("cupy._core.core", "cuda"))
+    assert not is_cuda_tensor(object())

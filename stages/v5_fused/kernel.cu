@@ -11,6 +11,9 @@
 //   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32 with one rounding to fp16, bf16 or
 //       fp32, staged through 128B-swizzled shared memory (stmatrix) and written by TMA bulk stores that
 //       drain while the consumers go on; C's bounds clip the boxes, so tails cost nothing extra.
+//   [5] either operand in either layout (A_MN_MAJOR, B_MN_MAJOR): an operand stored with M (or N)
+//       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
+//       transpose bit tells the tensor cores it is MN-major; no copy on the host.
 // Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
 // issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
 // What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
@@ -86,6 +89,12 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_M
 #define CLUSTER_M 2    // CTAs per cluster, on neighbouring tile rows: they share B, each loading 1/CLUSTER_M
 #endif
+#ifndef A_MN_MAJOR
+#define A_MN_MAJOR 0   // [5] 1: A is stored K x M with M contiguous (the transposed view of a row-major (K, M))
+#endif
+#ifndef B_MN_MAJOR
+#define B_MN_MAJOR 0   // [5] 1: B is stored K x N with N contiguous (a row-major (K, N)); 0: N x K, K contiguous
+#endif
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
@@ -102,6 +111,15 @@ constexpr int B_BOX_ROWS = BLOCK_N / CLUSTER_M;           // the rows of B one C
 constexpr int B_BOX_BYTES = B_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
 constexpr int GROUP_ROWS = GROUP_M / CLUSTER_M;           // the tile order walks cluster rows
 constexpr int SWIZZLE_ROW_BYTES = 128;                    // one tile row = one 128B-swizzle row
+// [5] An MN-major operand arrives in boxes of 64 (M or N) x 64 (K): 64 rows of K, each 128 bytes of M or N,
+// 8 KB, the same bytes per 64 rows of the tile as the K-major box, so every offset into a tile is unchanged.
+constexpr int MN_BOX_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(elem_t);  // 64 elements of M or N per box
+constexpr int MN_BOX_BYTES = BLOCK_K * SWIZZLE_ROW_BYTES;              // 8 KB
+// A k16 step of the descriptor's start address, in its 16-byte units: 32 bytes along a K-major row, or
+// 16 rows of 128 bytes down an MN-major box.
+constexpr int K_MAJOR_STEP = 16 * (int)sizeof(elem_t) / 16, MN_MAJOR_STEP = 16 * SWIZZLE_ROW_BYTES / 16;
+constexpr int A_K_STEP = A_MN_MAJOR ? MN_MAJOR_STEP : K_MAJOR_STEP;
+constexpr int B_K_STEP = B_MN_MAJOR ? MN_MAJOR_STEP : K_MAJOR_STEP;
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
 // Epilogue staging: each consumer warp owns 16 rows of C and stores them as boxes of 16 rows x 128 bytes
@@ -206,6 +224,25 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDes
         " [%0], [%1, {%2, %3}], [%4], %5;"
         :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar), "h"(cta_mask)
         : "memory");
+}
+
+// [5] One CTA's part of an operand's k-tile: ROWS rows of M (or N) from tile row `row`, K from `k`, into
+// dst, multicast to the CTAs in cta_mask when MULTICAST. K-major, that is one box of ROWS x 64; MN-major,
+// ROWS / 64 boxes of 64 x 64 side by side, each at (m or n, k): a map's coordinates run contiguous first.
+template <bool MN_MAJOR, int ROWS, bool MULTICAST>
+__device__ __forceinline__ void tma_load_operand(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row,
+                                                 unsigned short cta_mask) {
+    constexpr int BOXES = MN_MAJOR ? ROWS / MN_BOX_COLS : 1;
+    static_assert(!MN_MAJOR || ROWS % MN_BOX_COLS == 0, "an MN-major part is whole 64-wide boxes");
+#pragma unroll
+    for (int i = 0; i < BOXES; ++i) {
+        const int x = MN_MAJOR ? row + i * MN_BOX_COLS : k, y = MN_MAJOR ? k : row;
+        if constexpr (MULTICAST) {
+            tma_load_2d_multicast(dst + i * MN_BOX_BYTES, map, bar, x, y, cta_mask);
+        } else {
+            tma_load_2d(dst + i * MN_BOX_BYTES, map, bar, x, y);
+        }
+    }
 }
 
 // The address of the same shared-memory variable in CTA `rank` of this cluster.
@@ -345,28 +382,29 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
     "%112, %113, %114, %115, %116, %117, %118, %119, " \
     "%120, %121, %122, %123, %124, %125, %126, %127"
 
-// D(64xN, fp32) += A(64x16) * B(16xN), A and B read from shared memory through their descriptors, both
-// K-major (imm-trans-a = imm-trans-b = 0), imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0.
+// D(64xN, fp32) += A(64x16) * B(16xN), A and B read from shared memory through their descriptors,
+// imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0. [5] TRANS_A / TRANS_B are imm-trans-a / -b:
+// 0 for a K-major operand, 1 for an MN-major one (allowed for 16-bit types only).
 // Accumulator fragment, thread t of the warpgroup, warp w = t / 32, lane l = t % 32, j = 0 .. N/8 - 1:
 //   d[4j+0] = D(16w + l/4,     8j + 2(l%4))     d[4j+1] = D(16w + l/4,     8j + 2(l%4) + 1)
 //   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
 // So n128's fragment is the first half of n256's: d may be either half of a 128-column accumulator array.
-template <int N>
+template <int N, int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc_a, unsigned long long desc_b,
                                                int scale_d) {
     static_assert(N == 128 || N == 256, "the instruction shapes this kernel issues");
     if constexpr (N == 256) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n256k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
-                     "{" WGMMA_REGS_0_63 ", " WGMMA_REGS_64_127 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     "{" WGMMA_REGS_0_63 ", " WGMMA_REGS_64_127 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
                      : WGMMA_D64(0), WGMMA_D64(64)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
     } else {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
-                     "{" WGMMA_REGS_0_63 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     "{" WGMMA_REGS_0_63 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
                      : WGMMA_D64(0)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
     }
 }
 
@@ -548,18 +586,12 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     // rest. The full barrier waits for all of it (48 KB in fp16), zero-filled past M, N or K
                     // and counted in full either way.
                     mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
-#if CLUSTER_N > 1
-                    tma_load_2d_multicast(a_dst + rank_n * A_BOX_BYTES, &tma_a, bar, k_tile * BLOCK_K,
-                                          tile_m * BLOCK_M + rank_n * A_BOX_ROWS, row_mask);
-#else
-                    tma_load_2d(a_dst, &tma_a, bar, k_tile * BLOCK_K, tile_m * BLOCK_M);
-#endif
-#if CLUSTER_M > 1
-                    tma_load_2d_multicast(b_dst + rank_m * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
-                                          tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);
-#else
-                    tma_load_2d(b_dst, &tma_b, bar, k_tile * BLOCK_K, tile_n * BLOCK_N);
-#endif
+                    tma_load_operand<A_MN_MAJOR, A_BOX_ROWS, (CLUSTER_N > 1)>(
+                        a_dst + rank_n * A_BOX_BYTES, &tma_a, bar, k_tile * BLOCK_K,
+                        tile_m * BLOCK_M + rank_n * A_BOX_ROWS, row_mask);
+                    tma_load_operand<B_MN_MAJOR, B_BOX_ROWS, (CLUSTER_M > 1)>(
+                        b_dst + rank_m * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
+                        tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);
                     if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
                 }
             }
@@ -582,10 +614,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // 8-row groups; LBO unused for this layout (16 B, field value 1). Another stage or k16 step only
         // moves the start address, the descriptor's low 14 bits in 16-byte units, so the loop adds to
         // these instead of rebuilding them: half the main loop's instructions, and on this power-capped
-        // card instructions cost clock.
+        // card instructions cost clock. [5] MN-major, SBO = 1024 bytes is the step between 8-row groups
+        // along K and LBO = 8 KB the step between 64-wide boxes along M or N.
         const unsigned long long desc_a0 =
-            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
-        const unsigned long long desc_b0 = make_smem_desc(smem_base + A_TILE_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
+            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, A_MN_MAJOR ? MN_BOX_BYTES : 16,
+                           8 * SWIZZLE_ROW_BYTES);
+        const unsigned long long desc_b0 =
+            make_smem_desc(smem_base + A_TILE_BYTES, B_MN_MAJOR ? MN_BOX_BYTES : 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned full_bar0 = smem_addr(&full_bar[0]);
         unsigned empty_bar0[SENDERS];  // this tile column's CTAs, then the rest of this tile row's
 #pragma unroll
@@ -610,9 +645,11 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
                     // k16 step kk is the 32-byte column kk of every 128-byte row: the start address moves
                     // by 32 bytes (2 in the descriptor); the hardware applies the same XOR as TMA, from
-                    // the address bits. A tile's first step overwrites acc (scale-d 0) instead of adding.
-                    const unsigned long long step = stage_desc + kk * (32 / 16);
-                    wgmma_m64nNk16<BLOCK_N>(acc, desc_a0 + step, desc_b0 + step, (k_tile | kk) != 0);
+                    // the address bits. [5] MN-major, it is rows 16kk to 16kk + 15 of each box: 2 KB on.
+                    // A tile's first step overwrites acc (scale-d 0) instead of adding.
+                    wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + stage_desc + kk * A_K_STEP,
+                                                                     desc_b0 + stage_desc + kk * B_K_STEP,
+                                                                     (k_tile | kk) != 0);
                 }
                 wgmma_commit_group();
                 // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading

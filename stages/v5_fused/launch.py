@@ -1,7 +1,9 @@
 """v5_fused: persistent tiles and the epilogue fused in registers, out = act(alpha * a @ b + bias).
 
-Reads A row-major and B K-major (the (N, K) matrix b.T) through tensor maps; other layouts are copied
-first (k_major). The output is float16, bfloat16 or float32, written once. Needs sm_90a (Hopper).
+Reads A and B in place through tensor maps in either layout: a row-major (M, K) or the transposed view of a
+row-major (K, M); b row-major (K, N) or the transposed view of a row-major (N, K). Only an operand TMA cannot
+describe (a row stride that is not a multiple of 16 bytes) is copied first. The output is float16, bfloat16
+or float32, written once. Needs sm_90a (Hopper).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ DEFAULTS = GemmConfig(
     extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1},
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
+# gemm_kernel's parameters that change from call to call, by position: the maps of A, B and C, the bias
+# pointer and alpha (M, N and K follow; they are fixed by the plan).
+ARG_SLOTS = {"a": 0, "b": 1, "out": 2, "bias": 3, "alpha": 4}
 
 
 def epilogue_defines(has_bias: bool, activation: str | None, out_dtype: np.dtype) -> dict[str, int]:
@@ -69,6 +74,7 @@ def plan(
         cfg,
         swizzle_bytes=SWIZZLE_BYTES,
         persistent=True,
+        mn_major_ok=True,
         epilogue_args=(bias_arg, np.float32(alpha)),
         epilogue_defines=epilogue_defines(bias is not None, activation, p.out.dtype),
         keep_alive=(bias_f32,),

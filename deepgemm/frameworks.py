@@ -1,0 +1,145 @@
+"""The caller's framework, PyTorch or CuPy: what the library call reads off its arrays and asks of it.
+
+The hot path reads metadata straight off the arrays (no DLPack, ~0.2 µs an attribute), allocates the
+output with the framework's own allocator and launches on the framework's current stream, so that its
+stream-ordered allocator cannot hand memory the kernel still reads to other work. torch is never
+imported here: `Torch` is built only once a caller has passed a torch tensor.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import cupy
+import numpy as np
+
+from deepgemm.dtypes import dtype_name
+
+
+class StreamHandle:
+    """A raw CUstream in the CUDA stream protocol, which `cupy.cuda.Stream.from_external` reads."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+class Cupy:
+    """CuPy arrays: a CuPy array out, on CuPy's current stream."""
+
+    name = "cupy"
+
+    @staticmethod
+    def meta(x: Any) -> tuple:
+        """What of `x` fixes a plan: shape, strides, dtype, device. TypeError for anything but a CuPy array."""
+        if type(x) is not cupy.ndarray:
+            raise TypeError("not a CuPy array")
+        return (x.shape, x.strides, x.dtype, x.device.id)
+
+    @staticmethod
+    def pointer(x: cupy.ndarray) -> int:
+        return x.data.ptr
+
+    @staticmethod
+    def stream(device: int) -> int:
+        return cupy.cuda.get_current_stream().ptr
+
+    @staticmethod
+    def empty(shape: tuple[int, int], dtype: Any, like: cupy.ndarray) -> cupy.ndarray:
+        return cupy.empty(shape, dtype=dtype)  # the plan has made like's device current
+
+    @staticmethod
+    def framework_dtype(dtype: np.dtype) -> np.dtype:
+        return dtype
+
+    @staticmethod
+    def float32_vector(x: cupy.ndarray) -> cupy.ndarray:
+        return cupy.ascontiguousarray(x, dtype=cupy.float32)
+
+    @staticmethod
+    def is_float32_vector(meta: tuple) -> bool:
+        _, strides, dtype, _ = meta
+        return dtype == np.float32 and strides == (4,)
+
+    @staticmethod
+    def on_stream(device: int) -> AbstractContextManager:
+        """CuPy's current stream is the one to launch on already."""
+        return nullcontext()
+
+    @staticmethod
+    def result(out: cupy.ndarray) -> cupy.ndarray:
+        return out
+
+
+class Torch:
+    """PyTorch tensors: a torch tensor out, allocated by torch, on torch's current stream."""
+
+    name = "torch"
+
+    def __init__(self) -> None:
+        self.torch = sys.modules["torch"]
+        # The raw handle without building a torch.cuda.Stream (~2 µs); Triton reads it the same way.
+        self._raw_stream = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
+        self._dtypes = {"fp16": self.torch.float16, "bf16": self.torch.bfloat16, "fp32": self.torch.float32}
+
+    def meta(self, x: Any) -> tuple:
+        """What of `x` fixes a plan: shape, strides, dtype, device. TypeError for anything but a tensor."""
+        if not isinstance(x, self.torch.Tensor):
+            raise TypeError("not a torch tensor")
+        return (x.shape, x.stride(), x.dtype, x.get_device())
+
+    @staticmethod
+    def pointer(x: Any) -> int:
+        return x.data_ptr()
+
+    def stream(self, device: int) -> int:
+        if self._raw_stream is not None:
+            return self._raw_stream(device)
+        return self.torch.cuda.current_stream(device).cuda_stream
+
+    @staticmethod
+    def empty(shape: tuple[int, int], dtype: Any, like: Any) -> Any:
+        return like.new_empty(shape, dtype=dtype)  # on like's device; 1 µs less than torch.empty
+
+    def framework_dtype(self, dtype: np.dtype) -> Any:
+        return self._dtypes[dtype_name(dtype)]
+
+    @staticmethod
+    def float32_vector(x: Any) -> Any:
+        return x.float().contiguous()
+
+    def is_float32_vector(self, meta: tuple) -> bool:
+        _, strides, dtype, _ = meta
+        return dtype == self.torch.float32 and strides == (1,)
+
+    def on_stream(self, device: int) -> AbstractContextManager:
+        """CuPy work (checks, copies, the planned launch) on torch's current stream of `device`."""
+        return cupy.cuda.Stream.from_external(StreamHandle(self.stream(device)))
+
+    @staticmethod
+    def result(out: Any) -> Any:
+        return out
+
+
+_TORCH: list[Torch] = []
+
+
+def framework_of(x: Any) -> Cupy | Torch:
+    """Torch for a torch tensor on a CUDA device, CuPy for anything else (whose checks name what is wrong)."""
+    if type(x) is cupy.ndarray:
+        return Cupy
+    if _TORCH and isinstance(x, _TORCH[0].torch.Tensor):
+        return _TORCH[0] if x.is_cuda else Cupy
+    if is_cuda_tensor(x):
+        _TORCH.append(Torch())
+        return _TORCH[0]
+    return Cupy
+
+
+def is_cuda_tensor(x: Any) -> bool:
+    """A PyTorch tensor on a CUDA device, recognised without importing torch."""
+    return type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type", None) == "cuda"
