@@ -130,6 +130,30 @@ def test_v5_issues_one_wgmma_shape_per_tile_width(block_n):
     assert code.count("HGMMA.") == 4
 
 
+@pytest.mark.parametrize(("a_mn", "b_mn"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize(("cluster_m", "cluster_n", "block_n"), [(2, 1, 256), (1, 2, 128), (1, 1, 128)])
+def test_v5_reads_each_operand_layout_with_the_transpose_bit_and_64_wide_boxes(
+    a_mn, b_mn, cluster_m, cluster_n, block_n
+):
+    """[5] An MN-major operand sets its wgmma transpose bit (tnspA / tnspB on every HGMMA) and arrives as
+    one 64 x 64 box per 64 rows of the CTA's part of its tile; a K-major one as a single box. The main loop
+    stays as short as the K-major one's, with no spills or serialised wgmma."""
+    knobs = {"A_MN_MAJOR": a_mn, "B_MN_MAJOR": b_mn, "CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n, "BLOCK_N": block_n}
+    for bf16 in (False, True):
+        defines = launcher_defines("v5_fused", bf16, **knobs)
+        report = compiled("v5_fused", defines)
+        assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, (knobs, report.log)
+        code = sass("v5_fused", defines)
+        wgmma = re.findall(rf"HGMMA\.64x{block_n}x16\.F32[.\w]* [^;]*", code)
+        assert len(wgmma) == 4, wgmma
+        assert all(("tnspA" in w) == bool(a_mn) and ("tnspB" in w) == bool(b_mn) for w in wgmma), wgmma
+        a_boxes = 128 // cluster_n // 64 if a_mn else 1
+        b_boxes = block_n // cluster_m // 64 if b_mn else 1
+        assert len(re.findall(r"UTMALDG\.2D", code)) == a_boxes + b_boxes, (knobs, a_boxes, b_boxes)
+        loop = _sass_loop_around(code, f"HGMMA.64x{block_n}x16")
+        assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"
+
+
 @pytest.mark.parametrize("activation", [2, 4])  # GELU (tanh form), SiLU
 @pytest.mark.parametrize(("out_dtype", "fast"), [(0, True), (1, True), (2, False)])
 def test_v5_gelu_and_silu_take_one_mufu_tanh_for_16_bit_outputs(activation, out_dtype, fast):

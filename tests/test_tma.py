@@ -68,3 +68,47 @@ def test_tensor_maps_are_encoded_once_per_address_shape_and_box(monkeypatch):
     tma.encode_tile_map(matrix(0x1000, rows=32), 64, 64, 128)  # another shape
     tma.encode_tile_map(matrix(0x1000), 32, 64, 128)  # another box
     assert len(calls) == 4
+
+
+class _Operand:
+    """A stand-in for a (rows, K) CuPy view: byte strides, a base address, and `.T`."""
+
+    def __init__(self, strides: tuple[int, int], ptr: int = 0x10000, itemsize: int = 2) -> None:
+        from types import SimpleNamespace
+
+        self.strides, self.itemsize, self.data = strides, itemsize, SimpleNamespace(ptr=ptr)
+
+    @property
+    def T(self) -> "_Operand":
+        return _Operand(self.strides[::-1], self.data.ptr, self.itemsize)
+
+
+@pytest.mark.parametrize(
+    ("strides", "mn_major_ok", "expected"),
+    [
+        ((8192, 2), True, "K-major"),  # a row-major (M, K), or b.T of a row-major (N, K)
+        ((2, 8192), True, "MN-major"),  # the transposed view of a row-major (K, M), or a row-major (K, N) b
+        ((2, 8192), False, None),  # v3 and v4 read K-major operands only: copied
+        ((8194, 2), True, None),  # K = 4097 row-major: the row stride is not a multiple of 16 bytes
+        ((2, 8194), True, None),  # M = 4097 stored K x M: neither
+        ((176, 2), True, "K-major"),  # a padded row stride is fine
+    ],
+)
+def test_operands_are_read_in_place_in_either_layout_where_tma_can_describe_them(strides, mn_major_ok, expected):
+    from deepgemm.tma import read_in_place
+
+    x = _Operand(strides)
+    found = read_in_place(x, mn_major_ok)
+    if expected is None:
+        assert found is None
+        return
+    view, mn_major = found
+    assert mn_major == (expected == "MN-major")
+    assert view.strides == (strides[::-1] if mn_major else strides)  # what the map describes: unit column stride
+
+
+def test_an_operand_at_an_unaligned_address_is_not_read_in_place():
+    from deepgemm.tma import read_in_place
+
+    assert read_in_place(_Operand((8192, 2), ptr=0x10008), True) is None
+    assert read_in_place(_Operand((2, 8192), ptr=0x10008), True) is None
