@@ -71,16 +71,16 @@ _PLANS: dict[tuple, Any] = {}
 
 def plan_key(framework: Cupy | Torch, a: Any, b: Any, bias: Any, out: Any, options: dict[str, Any]) -> tuple:
     """What fixes a launch, read off the arrays; TypeError where an argument is not the framework's array."""
-    meta = framework.meta
-    aligned = not ((framework.pointer(a) | framework.pointer(b)) & 15)
+    meta, pointer = framework.meta, framework.pointer
+    operands = (meta(a), meta(b))  # first: they refuse what is not the framework's array
+    aligned = not ((pointer(a) | pointer(b)) & 15)
     config = options["config"]
     return (
         framework.name,
-        meta(a),
-        meta(b),
+        *operands,
         aligned,
         None if bias is None else meta(bias),
-        None if out is None else (meta(out), not framework.pointer(out) & 15),
+        None if out is None else (meta(out), not pointer(out) & 15),
         options["activation"],
         options["out_dtype"],
         None if config is None else config.key(),
