@@ -8,13 +8,14 @@ so that a batch does not run out of the 60 MB L2. cuBLAS is timed by the same fu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import cupy
 
 from deepgemm import stages
-from deepgemm.api import LIBRARY_STAGE, gemm
+from deepgemm.api import LIBRARY_STAGE
 from deepgemm.check import Reference, random_problem, reference, verify
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
@@ -64,6 +65,20 @@ def cublaslt_fused_launch(a: cupy.ndarray, b: cupy.ndarray, bias: cupy.ndarray) 
     return LibraryLaunch(lambda: torch._addmm_activation(tbias, ta, tb, use_gelu=True))
 
 
+A_LAYOUTS = ("mk", "km")  # a (M, K): row-major, or the transposed view of a row-major (K, M) array
+B_LAYOUTS = ("kn", "nk")  # b (K, N): row-major, or the transposed view of a row-major (N, K) array
+TRANSPOSED_LAYOUTS = ("km", "nk")
+
+
+def arrange(x: Any, layout: str) -> Any:
+    """`x`'s values (a CuPy or NumPy matrix) in `layout`: row-major ("mk", "kn"), or the transposed view of
+    a row-major copy of x.T ("km", "nk"); x itself, no copy, where it already is laid out so."""
+    if layout not in (*A_LAYOUTS, *B_LAYOUTS):
+        raise ValueError(f"layout {layout!r} is none of {A_LAYOUTS + B_LAYOUTS}")
+    xp = cupy.get_array_module(x)
+    return xp.ascontiguousarray(x.T).T if layout in TRANSPOSED_LAYOUTS else xp.ascontiguousarray(x)
+
+
 @dataclass(frozen=True)
 class Workload:
     """Rotating input sets of one shape and dtype, with the float64 reference of the first set."""
@@ -96,6 +111,12 @@ class Workload:
         bias_vec = cupy.random.default_rng(seed).random(n, dtype=cupy.float32) * 2 - 1 if bias else None
         epilogue = {**epilogue, **({"bias": bias_vec} if bias else {})}
         return cls(m, n, k, dtype_name, problems, bias_vec, epilogue, reference(*problems[0], **epilogue))
+
+    def in_layout(self, a_layout: str, b_layout: str) -> Workload:
+        """The same input sets (so the same reference) with a in `a_layout` and b in `b_layout`."""
+        if a_layout not in A_LAYOUTS or b_layout not in B_LAYOUTS:
+            raise ValueError(f"a's layout is one of {A_LAYOUTS} and b's one of {B_LAYOUTS}, not {a_layout}, {b_layout}")
+        return replace(self, problems=[(arrange(a, a_layout), arrange(b, b_layout)) for a, b in self.problems])
 
     def base_row(self, name: str) -> dict[str, object]:
         return {"stage": name, "dtype": self.dtype_name, "m": self.m, "n": self.n, "k": self.k,
@@ -218,28 +239,6 @@ def bench_epilogue(
     if len(rows) > 2:
         rows[1]["x_cublaslt_fused"] = rows[1]["tflops"] / rows[2]["tflops"]
     return [*rows, baseline]
-
-
-def bench_call(
-    m: int, n: int, k: int, dtype_name: str, *, settle_s: float = 1.0, log: Callable[[str], None] = print
-) -> list[dict[str, object]]:
-    """The library call as a user makes it, beside the kernel alone and cuBLAS.
-
-    At shapes TMA cannot describe as they are (K or a row stride not a multiple of 8 elements) the call
-    pads the operands into a copy on every call; "v5_fused kernel" plans once, so its copies and tensor
-    maps stay outside the timing, and the difference between the two rows is what that path costs.
-    """
-    v5 = stages.load(LIBRARY_STAGE)
-    work = Workload.make(m, n, k, dtype_name)
-    baseline = cublas_row(work, settle_s, log)
-    per_call = [LibraryLaunch(lambda a=a, b=b: gemm(a, b)) for a, b in work.problems]
-    rows = [
-        measure(f"{LIBRARY_STAGE} kernel", work, [v5.plan(a, b) for a, b in work.problems], settle_s=settle_s),
-        measure("deepgemm.gemm per call", work, per_call, settle_s=settle_s),
-    ]
-    for row in rows:
-        _log_row(row, log)
-    return [*with_ratios(rows, baseline), baseline]
 
 
 def bench_rounds(

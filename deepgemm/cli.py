@@ -11,13 +11,14 @@ from collections.abc import Sequence
 
 import cupy
 
-from deepgemm import bench, results, stability, stages
+from deepgemm import bench, call_suite, first_call, results, stability, stages
 from deepgemm.check import random_problem
 from deepgemm.config import GemmConfig
 from deepgemm.diff import kernel_diff
 from deepgemm.dtypes import input_dtype
 from deepgemm.profile import profile_stage, top_stalls
 from deepgemm.runner import (
+    DEFAULT_SETTLE_S,
     add_problem_args,
     gpu_available,
     log,
@@ -34,11 +35,14 @@ SUITES = {
     "raster": "v4 with and without the grouped tile order (GROUP_M 8 vs 1)",
     "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
     "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
-    "call": "deepgemm.gemm per call (padding copies included) beside the v5 kernel alone and cuBLAS",
+    "call": "deepgemm.gemm per call beside torch.matmul: torch and CuPy inputs, four layouts, host us per call, "
+    "and the first call in a fresh process (cold and warm CuPy cache)",
     "shapes": "v5 and cuBLAS at the shapes given (notebook 07 sweeps M at N = K = 4096)",
 }
 RASTER = ("v4_pipeline_swizzle", "GROUP_M", (8, 1))  # the raster suite: stage, knob, settings (default first)
 PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cuBLAS (`--pairs`)
+SUITE_SHAPES = {"call": call_suite.DEFAULT_SHAPES}  # where neither --shapes nor --m/--n/--k is given
+SUITE_SETTLE_S = {"call": call_suite.SETTLE_S}  # where --settle is not given; DEFAULT_SETTLE_S elsewhere
 
 
 def run_suite(
@@ -55,7 +59,7 @@ def run_suite(
     if suite == "epilogue":
         return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "call":
-        return bench.bench_call(m, n, k, dtype, settle_s=settle, log=log)
+        return call_suite.bench_call(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "shapes":
         return bench.bench_shape([PAIRED_STAGE], m, n, k, dtype, settle_s=settle, log=log)
     if suite == "pairs":
@@ -63,11 +67,16 @@ def run_suite(
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
 
 
+def settle_s(args: argparse.Namespace, suite: str) -> float:
+    """--settle, or where it is not given the suite's own (DEFAULT_SETTLE_S for most)."""
+    return args.settle if args.settle is not None else SUITE_SETTLE_S.get(suite, DEFAULT_SETTLE_S)
+
+
 def run_bench(stage_list: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
     rows: list[dict] = []
-    for shape, dtype in problems(args):
+    for shape, dtype in problems(args, SUITE_SHAPES.get(suite)):
         log(f"{suite} {'x'.join(map(str, shape))} {dtype}:")
-        rows += run_suite(suite, stage_list, shape, dtype, args.settle)
+        rows += run_suite(suite, stage_list, shape, dtype, settle_s(args, suite))
     return rows
 
 
@@ -84,13 +93,41 @@ def run_pairs(stage_list: Sequence[str], args: argparse.Namespace) -> list[dict]
     rows: list[dict] = []
     for (m, n, k), dtype in problems(args):
         log(f"pairs {m}x{n}x{k} {dtype}, v5 and cuBLAS alternated {pairs} times:")
-        rows += bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, pairs=pairs, settle_s=args.settle, log=log)
+        rows += bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, pairs=pairs, settle_s=settle_s(args, "pairs"), log=log)
     return rows
 
 
+def run_first_call(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """After a call suite: the first call in a fresh process, cold and warm, as the record's "first_call"
+    section ({} for other suites or with --no-first-call)."""
+    if args.suite != "call" or getattr(args, "no_first_call", False):
+        return {}
+    m, n, k = first_call.SHAPE
+    log(f"first call {m}x{n}x{k} {first_call.DTYPE}, {first_call.FRAMEWORK} inputs, in fresh processes:")
+    return {"first_call": first_call.first_call_rows(log=log)}
+
+
+def row_label(row: dict) -> str:
+    """What names a row in a failure message: stage, the call suite's inputs and layouts, dtype and shape."""
+    inputs = f" {row['framework']} {row['a_layout']} x {row['b_layout']}" if "framework" in row else ""
+    return f"{row['stage']}{inputs} {row['dtype']} {row['m']}x{row['n']}x{row['k']}"
+
+
+def print_record(name: str, rows: list[dict], extra: dict[str, list[dict]]) -> None:
+    """A suite's rows in its columns, then its extra sections (the call suite's first call)."""
+    print_rows(rows, columns=results.TABLE_COLUMNS.get(name, results.COLUMNS))
+    if extra.get("first_call"):
+        print()
+        print(results.format_table(extra["first_call"], results.FIRST_CALL_COLUMNS))
+
+
 def show_recorded_suite(name: str) -> int:
-    """A suite's record; for the progression, then the pairs recorded in the same run, where there are some."""
-    record = show_recorded(name)
+    """A suite's record (the call suite's with its first call); for the progression, then the pairs recorded
+    in the same run, where there are some."""
+    columns = results.TABLE_COLUMNS.get(name)
+    record = show_recorded(name, (lambda rows: [results.format_table(rows, columns)]) if columns else None)
+    if record.get("first_call"):
+        print(results.format_table(record["first_call"], results.FIRST_CALL_COLUMNS))
     if name == "progression":
         pairs = results.load("pairs")
         if pairs["provenance"] == record["provenance"]:
@@ -105,17 +142,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     chosen = parse_stages(args.stages)
     rows = run_bench(chosen, args, args.suite)
     pair_rows = run_pairs(chosen, args)
-    print_rows(rows)
+    extra = run_first_call(args)
+    print_record(args.suite, rows, extra)
     if pair_rows:
         print(f"\n{PAIRED_STAGE} and cuBLAS alternated in this run:")
         print_rows(pair_rows, rows_table=False)
     if args.record:
         prov = results.provenance()
-        print(f"recorded {len(rows)} rows in {results.save(args.suite, rows, prov)}")
+        print(f"recorded {len(rows)} rows in {results.save(args.suite, rows, prov, extra=extra)}")
         if pair_rows:
             print(f"recorded {len(pair_rows)} rows in {results.save('pairs', pair_rows, prov)}")
     rows = rows + pair_rows
-    failed = [f"{r['stage']} {r['dtype']} {r['m']}x{r['n']}x{r['k']}" for r in rows if not r.get("passed")]
+    failed = [row_label(r) for r in rows if not r.get("passed")]
     if failed:
         print("FAILED verification: " + ", ".join(failed), file=sys.stderr)
         return 1
@@ -129,7 +167,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     rows = record["rows"]
     if args.stage:
         rows = results.stage_rows(rows, stage_name(args.stage))
-    print(results.markdown_table(rows, results.BRIEF_COLUMNS if args.brief else results.MARKDOWN_COLUMNS))
+    columns = results.BRIEF_COLUMNS if args.brief else results.MARKDOWN_COLUMNS
+    print(results.markdown_table(rows, results.TABLE_COLUMNS.get(args.name, columns)))
+    if record.get("first_call"):
+        print()
+        print(results.markdown_table(record["first_call"], results.FIRST_CALL_COLUMNS))
     return 0
 
 
@@ -207,12 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     bench_cmd = sub.add_parser("bench", help="verify and time the stages beside cuBLAS")
     bench_cmd.add_argument("--stages", default="all", help="comma-separated, e.g. v0,v1,v2 (default: all)")
-    bench_cmd.add_argument("--record", action="store_true", help="write results/h200/<suite>.json")
+    bench_cmd.add_argument("--record", action="store_true", help="write results/<gpu>/<suite>.json (h200 on an H200)")
     bench_cmd.add_argument("--suite", choices=tuple(SUITES), default="progression", help=str(SUITES))
     bench_cmd.add_argument(
         "--pairs", type=int, default=6, help="progression only: then v5 and cuBLAS alternated this many times (0: not)"
     )
-    add_problem_args(bench_cmd)
+    bench_cmd.add_argument(
+        "--no-first-call", action="store_true", help="call suite only: leave out the first call in fresh processes"
+    )
+    add_problem_args(bench_cmd, settle=None)
     bench_cmd.set_defaults(run=cmd_bench)
     table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")
     table.add_argument("--name", default="progression")
@@ -222,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="the GPU and software this would measure on").set_defaults(run=cmd_info)
     profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")
     profile.add_argument("--stages", default="all", help='e.g. "all", "v4,v5", "v5,cublas" (cuBLAS\'s kernel)')
-    profile.add_argument("--record", action="store_true", help="write results/h200/<name>.json")
+    profile.add_argument("--record", action="store_true", help="write results/<gpu>/<name>.json")
     profile.add_argument("--name", default="profile", help="the record's name (default: profile)")
     add_problem_args(profile)
     profile.set_defaults(run=cmd_profile)
@@ -238,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     steady.add_argument("--stage", default="v5", help="the stage (default: v5)")
     steady.add_argument("--seconds", type=float, default=60.0, help="length of the one-stream run")
     steady.add_argument("--streams", type=int, default=4, help="streams launching at once in the second run")
-    steady.add_argument("--record", action="store_true", help="write results/h200/stability.json")
+    steady.add_argument("--record", action="store_true", help="write results/<gpu>/stability.json")
     add_problem_args(steady)
     steady.set_defaults(run=cmd_stability, dtype="fp16")
     diff = sub.add_parser("diff", help="what a stage changes in the kernel")

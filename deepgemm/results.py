@@ -10,6 +10,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -21,7 +22,13 @@ from typing import Any
 import cupy
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO / "results" / "h200"
+RESULTS_DIR = REPO / "results" / "h200"  # the reference records, what a reader without a GPU sees
+
+
+def gpu_directory(gpu: str, root: Path = REPO / "results") -> Path:
+    """Where a GPU's records go: 'NVIDIA H200' -> results/h200, 'NVIDIA H100 80GB HBM3' -> results/h100-80gb-hbm3."""
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"^nvidia\s+", "", gpu.strip().lower())).strip("-")
+    return root / (slug or "unknown-gpu")
 
 
 def git_commit() -> str:
@@ -85,11 +92,25 @@ def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
     }
 
 
-def save(name: str, rows: Iterable[dict[str, Any]], prov: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    """Write results/h200/<name>.json and return its path."""
+def save(
+    name: str,
+    rows: Iterable[dict[str, Any]],
+    prov: dict[str, Any],
+    directory: Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write <directory>/<name>.json (by default results/<gpu>/, the GPU of `prov`) and return its path.
+
+    `extra` adds sections beside the rows (the call suite's "first_call"); a record always has both
+    "provenance" and "rows".
+    """
+    record = {"provenance": prov, "rows": list(rows)}
+    if record.keys() & (extra or {}).keys():
+        raise ValueError(f"extra sections {sorted(extra)} may not replace 'provenance' or 'rows'")
+    directory = gpu_directory(prov["gpu"]) if directory is None else directory
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
-    path.write_text(json.dumps({"provenance": prov, "rows": list(rows)}, indent=1) + "\n")
+    path.write_text(json.dumps({**record, **(extra or {})}, indent=1) + "\n")
     return path
 
 
@@ -99,7 +120,7 @@ RECORDING_COMMANDS = {  # records not written by a bench suite of their name
 
 
 def recording_command(name: str) -> str:
-    """The command that writes results/h200/<name>.json."""
+    """The command that writes results/<gpu>/<name>.json."""
     if name in RECORDING_COMMANDS:
         return RECORDING_COMMANDS[name]
     if name.startswith("profile"):
@@ -232,3 +253,26 @@ PAIR_COLUMNS = (
     ("x_cublas_min", "lowest", 3),
     ("x_cublas_max", "highest", 3),
 )
+
+CALL_COLUMNS = (  # the call suite: deepgemm.gemm per call beside torch.matmul on the same operands
+    ("framework", "inputs", 0),
+    ("a_layout", "A", 0),
+    ("b_layout", "B", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("host_us", "host µs", 1),
+    ("torch_host_us", "torch host µs", 1),
+    ("call_us", "µs per call", 1),
+    ("torch_us", "torch µs", 1),
+    ("x_torch", "x torch", 2),
+)
+FIRST_CALL_COLUMNS = (  # the call suite's first call in a fresh process, with CuPy's disk cache empty or filled
+    ("mode", "cache", 0),
+    ("framework", "inputs", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("import_s", "import deepgemm, s", 3),
+    ("first_call_s", "first call, s", 3),
+    ("nvrtc_compiles", "NVRTC compiles", 0),
+)
+TABLE_COLUMNS = {"call": CALL_COLUMNS}  # records whose rows need other columns than MARKDOWN_COLUMNS

@@ -17,6 +17,7 @@ from deepgemm import results
 from deepgemm.bench import bench_shape
 
 DEFAULT_SHAPE = 4096
+DEFAULT_SETTLE_S = 1.0
 Shape = tuple[int, int, int]
 
 
@@ -38,36 +39,48 @@ def parse_shape(text: str) -> Shape:
     return parts[0], parts[1], parts[2]
 
 
-def add_problem_args(parser: argparse.ArgumentParser) -> None:
-    """--m/--n/--k or --shapes, --dtype and --settle: the problems a command runs (see `problems`)."""
-    parser.add_argument("--m", type=int, default=DEFAULT_SHAPE)
+def add_problem_args(parser: argparse.ArgumentParser, settle: float | None = DEFAULT_SETTLE_S) -> None:
+    """--m/--n/--k or --shapes, --dtype and --settle: the problems a command runs (see `problems`).
+
+    `settle` is --settle's default; None where the command picks one per suite.
+    """
+    parser.add_argument("--m", type=int, default=None, help=f"default: {DEFAULT_SHAPE} (or the suite's shapes)")
     parser.add_argument("--n", type=int, default=None, help="default: M")
     parser.add_argument("--k", type=int, default=None, help="default: M")
     parser.add_argument("--shapes", default=None, help="shapes instead of --m/--n/--k, e.g. 4096,8192 or 129x200x72")
     parser.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
-    parser.add_argument("--settle", type=float, default=1.0, help="seconds idle between timed rows")
+    shown = f"{settle}" if settle is not None else f"{DEFAULT_SETTLE_S}, or the suite's"
+    parser.add_argument("--settle", type=float, default=settle, help=f"seconds idle between timed rows ({shown})")
 
 
-def shapes(args: argparse.Namespace) -> list[Shape]:
-    if args.shapes:
-        return [parse_shape(x) for x in args.shapes.split(",")]
-    return [(args.m, args.n or args.m, args.k or args.m)]
+def shapes(args: argparse.Namespace, default: str | None = None) -> list[Shape]:
+    """--shapes, else --m/--n/--k; where neither is given, `default` (shapes as --shapes spells them) or
+    DEFAULT_SHAPE cubed."""
+    given = args.m is not None or args.n is not None or args.k is not None
+    spec = args.shapes or (None if given else default)
+    if spec:
+        return [parse_shape(x) for x in spec.split(",")]
+    m = args.m or DEFAULT_SHAPE
+    return [(m, args.n or m, args.k or m)]
 
 
-def problems(args: argparse.Namespace) -> list[tuple[Shape, str]]:
-    """Every (shape, dtype) the arguments name, shapes outermost."""
+def problems(args: argparse.Namespace, default_shapes: str | None = None) -> list[tuple[Shape, str]]:
+    """Every (shape, dtype) the arguments name (`shapes`), shapes outermost."""
     dtypes = ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]
-    return [(shape, dtype) for shape in shapes(args) for dtype in dtypes]
+    return [(shape, dtype) for shape in shapes(args, default_shapes) for dtype in dtypes]
 
 
 def log(line: str) -> None:
     print(line, flush=True)
 
 
-def print_rows(rows: Sequence[dict], rows_table: bool = True) -> None:
-    """The rows as a table; for pair rows, then each pair's ratio summed up (or only that: rows_table False)."""
+def print_rows(
+    rows: Sequence[dict], rows_table: bool = True, columns: Sequence[tuple[str, str, int]] = results.COLUMNS
+) -> None:
+    """The rows as a table of `columns`; for pair rows, then each pair's ratio summed up (or only that:
+    rows_table False)."""
     if rows_table:
-        print(results.format_table(rows))
+        print(results.format_table(rows, columns))
     summary = results.pair_summary(rows)
     if summary:
         print(results.format_table(summary, results.PAIR_COLUMNS))

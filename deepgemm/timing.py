@@ -3,6 +3,7 @@
 The H200 is power-bound (under GEMMs it holds its 700 W limit by lowering the SM clock from 1980 MHz to
 about 1500), so NVML samples the SM clock, the board power and the power-cap flag while each batch runs,
 every row reports them, and TFLOP/s is also given as a percentage of the peak at the clock measured.
+What a call costs the host is timed apart, on the wall clock: calls issued without waiting for the GPU.
 """
 
 from __future__ import annotations
@@ -158,9 +159,46 @@ def time_launches(
     )
 
 
+HOST_CALLS = 100  # calls per host-time repeat: well short of the launch queue (about 1000 pending launches)
+HOST_REPEATS = 3
+
+
+def synchronize() -> None:
+    """Wait for all work on the current GPU, every stream (CuPy's, torch's) included."""
+    cupy.cuda.Device().synchronize()
+
+
+def host_us_per_call(
+    launches: Sequence[Callable[[], object]],
+    *,
+    calls: int = HOST_CALLS,
+    repeats: int = HOST_REPEATS,
+    clock: Callable[[], float] = time.perf_counter,
+    sync: Callable[[], None] = synchronize,
+) -> float:
+    """Host µs per call: the wall time of `calls` calls issued without synchronising, divided by `calls`; the
+    least of `repeats` (what the host spends, not what it waited for). Each launch runs once first, so that
+    whatever the first call sets up (a plan, a compiled kernel, an allocator's pool) is outside the clock.
+
+    The GPU finishes each repeat's work before the next starts, so the queue never fills and the host never
+    waits for it inside the clock.
+    """
+    for launch in launches:
+        launch()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = clock()
+        for i in range(calls):
+            launches[i % len(launches)]()
+        best = min(best, clock() - start)
+        sync()
+    return 1e6 * best / calls
+
+
 def settle(seconds: float) -> None:
     """Let the card cool and its clock recover, so one row's heat does not slow the next."""
-    cupy.cuda.Device().synchronize()
+    synchronize()
     time.sleep(seconds)
 
 

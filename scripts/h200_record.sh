@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The recording runs, ten parts that each fit one device call:
+# The recording runs, eleven parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3; with v5 and cuBLAS alternated six times each),
 #                                   raster and epilogue suites, the lab's v5_grid sweep, then the GPU tests
 #   scripts/h200_record.sh progression  the progression and its pairs alone, then the GPU tests
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
-#                                   the lab's v5_cluster and v5_group_m sweeps and the call suite
+#                                   the lab's v5_cluster and v5_group_m sweeps
+#   scripts/h200_record.sh call     the call suite (deepgemm.gemm beside torch.matmul, every layout, host us per
+#                                   call, first call cold and warm: call.json, about 3.5 minutes), then the
+#                                   call's GPU tests (tests/test_gpu_call.py)
 #   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt)
 #   scripts/h200_record.sh pairs    v5 and cuBLAS alternated six times per shape and dtype, then the GPU tests
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, the lab's v5_group_m sweep
@@ -59,6 +62,9 @@ elif [ "$part" = kernels ]; then
   cat results/h200/gemm_kernels.txt
 elif [ "$part" = tests ]; then
   gpu_tests
+elif [ "$part" = call ]; then
+  timeout 330 python3 -m deepgemm bench --suite call --record 2>&1 | tail -100
+  timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -25
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
   gpu_tests
   STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
@@ -68,7 +74,6 @@ else
   STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh results/h200/sanitizer.txt
   python3 -m lab sweep v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
-  python3 -m deepgemm bench --suite call --shapes 4097,1x4096x4096,129x4096x4096 --dtype fp16 --record 2>&1 | tail -12
 fi
 tar czf "$out/results_h200.tgz" results/h200 lab/results/h200  # one file back: everything this part wrote, and the rest
 tar tzf "$out/results_h200.tgz"

@@ -1,4 +1,4 @@
-"""The timing harness's own logic: NVML sampling and the alternating v5 / cuBLAS pairs."""
+"""The timing harness's own logic: NVML sampling, the alternating v5 / cuBLAS pairs, host time per call."""
 
 from __future__ import annotations
 
@@ -156,3 +156,20 @@ def test_without_a_gpu_the_progression_shows_the_pairs_of_its_own_run_only(monke
     records["pairs"] = {"provenance": {**prov, "date": "2026-11-29"}, "rows": records["pairs"]["rows"]}
     cli.show_recorded_suite("progression")
     assert "alternated" not in capsys.readouterr().out
+
+
+def test_host_time_is_the_least_repeat_of_unsynchronised_calls_per_call():
+    """Each launch runs once before the clock; then `repeats` times `calls` calls between two clock reads,
+    with the GPU waited for only after the second read; the least repeat, per call, in µs."""
+    events: list[str] = []
+    ticks = iter([0.0, 0.003, 1.0, 1.002, 2.0, 2.004])  # repeats of 3, 2 and 4 ms
+
+    def clock() -> float:
+        events.append("clock")
+        return next(ticks)
+
+    launches = [lambda i=i: events.append(f"call{i}") for i in range(2)]
+    us = timing.host_us_per_call(launches, calls=4, repeats=3, clock=clock, sync=lambda: events.append("sync"))
+    assert us == pytest.approx(1e6 * 0.002 / 4)
+    one_repeat = ["clock", "call0", "call1", "call0", "call1", "clock", "sync"]
+    assert events == ["call0", "call1", "sync", *one_repeat * 3]

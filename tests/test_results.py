@@ -157,3 +157,16 @@ def test_the_progression_run_also_alternated_v5_and_cublas_at_each_of_its_shapes
     summary = {(s["dtype"], s["m"], s["n"], s["k"]): s for s in results.pair_summary(pairs["rows"])}
     assert shapes == set(summary)
     assert all(s["pairs"] >= 6 for s in summary.values())
+
+
+def test_records_go_to_a_directory_named_after_the_gpu(tmp_path, monkeypatch):
+    assert results.gpu_directory("NVIDIA H200") == results.RESULTS_DIR
+    assert results.gpu_directory("NVIDIA H100 80GB HBM3", tmp_path) == tmp_path / "h100-80gb-hbm3"
+    monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path / gpu.lower())
+    first = [{"mode": "cold", "m": 1, "n": 1, "k": 1, "import_s": 0.1, "first_call_s": 1.2}]
+    path = results.save("call", [{"stage": "x"}], {"gpu": "G2"}, extra={"first_call": first})
+    assert path == tmp_path / "g2" / "call.json"
+    record = json.loads(path.read_text())
+    assert list(record) == ["provenance", "rows", "first_call"] and record["first_call"] == first
+    with pytest.raises(ValueError, match="may not replace"):
+        results.save("call", [], {"gpu": "G2"}, extra={"rows": []})

@@ -1,0 +1,131 @@
+"""The call suite: `deepgemm.gemm` as a caller makes it, beside `torch.matmul` on the same operands.
+
+Per shape and dtype, one row per framework ("torch", "cupy") and layout pair (a "mk"/"km", b "kn"/"nk").
+Each row has its own fresh input sets (so a result buffer left by the row before holds other values, and
+an element the call never writes fails verification), rotated as every suite rotates them. The call is
+verified against the float64 reference, then timed per call (CUDA events around batches of back-to-back
+calls, the median: `call_us`); `torch.matmul` on the same memory (torch views through DLPack for CuPy
+inputs) is verified and timed alike in the same row, the order of the two swapped from one row to the
+next so that neither always meets the cooler card. Then each one's host time per cached call
+(`timing.host_us_per_call`). The first call in a fresh process is `deepgemm.first_call`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import product
+from typing import Any
+
+import deepgemm
+from deepgemm.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
+from deepgemm.timing import host_us_per_call
+
+FRAMEWORKS = ("torch", "cupy")
+LAYOUT_PAIRS = tuple(product(A_LAYOUTS, B_LAYOUTS))
+DEFAULT_SHAPES = "4096,8192,1x4096x4096,128x4096x4096,2048"
+SETTLE_S = 0.25  # 80 rows at the default shapes, two timings each: 0.25 s of idle before each keeps it to minutes
+SEED_STRIDE = 16  # seeds apart from one row's input sets to the next (a workload has at most 8 sets)
+GEMM, TORCH = "deepgemm.gemm", "torch.matmul"
+TORCH_FIELDS = ("tflops", "passed", "max_abs_err", "sm_clock_mhz", "power_w", "power_capped_pct", "launches_per_batch")
+
+
+def require_torch() -> Any:
+    """PyTorch, which the suite times beside the call; a clear RuntimeError where it is not installed."""
+    try:
+        import torch  # optional and heavy: only the call suite needs it
+    except ImportError:
+        raise RuntimeError("the call suite times torch.matmul beside deepgemm.gemm: install PyTorch") from None
+    return torch
+
+
+def operand_sets(work: Workload, framework: str, torch: Any) -> tuple[list[tuple], list[tuple]]:
+    """What `deepgemm.gemm` is handed (CuPy arrays or torch tensors) and what `torch.matmul` is (torch
+    tensors on the same memory, strides kept), per input set."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework {framework!r} is none of {FRAMEWORKS}")
+    views = [(torch.from_dlpack(a), torch.from_dlpack(b)) for a, b in work.problems]
+    return (views if framework == "torch" else list(work.problems)), views
+
+
+def call_row(
+    gemm_row: dict[str, Any],
+    torch_row: dict[str, Any],
+    *,
+    framework: str,
+    a_layout: str,
+    b_layout: str,
+    host_us: float,
+    torch_host_us: float,
+) -> dict[str, Any]:
+    """One row of the suite: the call's measured row, what it was handed, its times in µs beside torch's."""
+    call_us, torch_us = 1e3 * gemm_row["ms"], 1e3 * torch_row["ms"]
+    return {
+        **gemm_row,
+        "framework": framework,
+        "a_layout": a_layout,
+        "b_layout": b_layout,
+        "host_us": host_us,
+        "call_us": call_us,
+        "torch_us": torch_us,
+        "x_torch": torch_us / call_us,
+        "torch_host_us": torch_host_us,
+        **{f"torch_{key}": torch_row.get(key) for key in TORCH_FIELDS},
+    }
+
+
+def time_call(
+    work: Workload, framework: str, a_layout: str, b_layout: str, *, settle_s: float, torch_first: bool
+) -> dict[str, Any]:
+    """Verify and time `deepgemm.gemm` and `torch.matmul` on the workload's sets (already in the layouts),
+    then the host time per call of each."""
+    torch = require_torch()
+    gemm_sets, torch_sets = operand_sets(work, framework, torch)
+    launches = {
+        GEMM: [partial(deepgemm.gemm, a, b) for a, b in gemm_sets],
+        TORCH: [partial(torch.matmul, a, b) for a, b in torch_sets],
+    }
+    order = (TORCH, GEMM) if torch_first else (GEMM, TORCH)
+    measured = {name: measure(name, work, launches[name], settle_s=settle_s) for name in order}
+    host = {name: host_us_per_call(launches[name]) for name in order}
+    row = call_row(
+        measured[GEMM],
+        measured[TORCH],
+        framework=framework,
+        a_layout=a_layout,
+        b_layout=b_layout,
+        host_us=host[GEMM],
+        torch_host_us=host[TORCH],
+    )
+    return {**row, "timed_first": order[0]}
+
+
+def _log_call_row(row: dict[str, Any], log: Callable[[str], None]) -> None:
+    verdict = "ok" if row["passed"] else f"FAILED (max abs {row['max_abs']:.3g})"
+    if not row["torch_passed"]:
+        verdict += ", torch.matmul FAILED"
+    log(
+        f"  {row['framework']:<5} {row['a_layout']} x {row['b_layout']}  host {row['host_us']:6.1f} us"
+        f" (torch {row['torch_host_us']:5.1f})  call {row['call_us']:9.1f} us (torch {row['torch_us']:9.1f})"
+        f"  x torch {row['x_torch']:5.2f}  {verdict}"
+    )
+
+
+def bench_call(
+    m: int,
+    n: int,
+    k: int,
+    dtype_name: str,
+    *,
+    settle_s: float = SETTLE_S,
+    frameworks: Sequence[str] = FRAMEWORKS,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """The call beside torch.matmul at one shape and dtype: a row per layout pair and framework."""
+    require_torch()
+    rows = []
+    for i, ((a_layout, b_layout), framework) in enumerate(product(LAYOUT_PAIRS, frameworks)):
+        work = Workload.make(m, n, k, dtype_name, seed=SEED_STRIDE * i).in_layout(a_layout, b_layout)
+        rows.append(time_call(work, framework, a_layout, b_layout, settle_s=settle_s, torch_first=i % 2 == 1))
+        _log_call_row(rows[-1], log)
+    return rows
