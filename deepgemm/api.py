@@ -13,6 +13,7 @@ the stage's planning each time, copy included.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import cupy
@@ -22,7 +23,7 @@ from deepgemm.config import GemmConfig
 from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, RawLaunch, check
 from deepgemm.frameworks import Cupy, Torch, framework_of
 from deepgemm.launch import KernelLaunch
-from deepgemm.operands import as_device_array, check_problem
+from deepgemm.operands import as_device_array, check_problem, require_gpu
 
 LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
 PLAN_CACHE_SIZE = 1024  # plans kept, the oldest dropped first; a model has a few dozen shapes
@@ -105,11 +106,16 @@ def stage_launch(
     framework: Cupy | Torch, device: int, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
 ) -> tuple[KernelLaunch, Any]:
     """The stage's plan of this call, with the output (`out`, or allocated by the framework) it writes."""
+    stage = stages.load(LIBRARY_STAGE)
     with cupy.cuda.Device(device), framework.on_stream(device):
+        require_gpu(stage.MIN_CC, LIBRARY_STAGE, exact=True)
         problem = check_problem(a, b, out, out_dtype=options["out_dtype"])  # the caller's errors, named
-        dtype = framework.framework_dtype(problem.out.dtype)
-        target = framework.empty((problem.m, problem.n), dtype, a) if out is None else out
-        return stages.load(LIBRARY_STAGE).plan(a, b, target, bias=bias, alpha=alpha, **options), target
+        target = out
+        if out is None:  # allocated by the caller's framework; problem.out was only the checks' CuPy stand-in
+            target = framework.empty(problem.out.shape, framework.framework_dtype(problem.out.dtype), a)
+            problem = replace(problem, out=as_device_array(target, "out"))
+        config = {"activation": options["activation"], "config": options["config"]}
+        return stage.plan_problem(problem, bias=bias, alpha=alpha, **config), target
 
 
 class Launched:

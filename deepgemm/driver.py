@@ -28,6 +28,8 @@ def libcuda() -> ctypes.CDLL:
     ptr = ctypes.c_void_p
     # cuLaunchKernel has no argtypes: `RawLaunch` passes ctypes objects, which need no conversion.
     lib.cuTensorMapReplaceAddress.argtypes = [ptr, ptr]
+    u32, u64s, u32s = ctypes.c_uint, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint)
+    lib.cuTensorMapEncodeTiled.argtypes = [ptr, ctypes.c_int, u32, ptr, u64s, u64s, u32s, u32s, *[ctypes.c_int] * 4]
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     return lib
 
@@ -38,6 +40,39 @@ def check(result: int, what: str) -> None:
         name = ctypes.c_char_p()
         libcuda().cuGetErrorName(result, ctypes.byref(name))
         raise RuntimeError(f"{what} failed with {(name.value or b'an unknown error').decode()} ({result})")
+
+
+# cuTensorMapEncodeTiled's enumerations (cuda.h), the values this library passes.
+MAP_DATA_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
+MAP_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
+INTERLEAVE_NONE, L2_PROMOTION_256B, OOB_FILL_ZEROS = 0, 3, 0
+
+
+def encode_tiled_2d(
+    dtype_name: str, address: int, cols: int, rows: int, row_stride_bytes: int, box: tuple[int, int], swizzle: int
+) -> bytes:
+    """A 2-D CUtensorMap (128 bytes) of a row-major matrix read in boxes of box[0] rows x box[1] columns;
+    out-of-bounds elements read as zeros. The caller has checked TMA's rules (`tma.tile_map_spec`)."""
+    out = (ctypes.c_uint64 * (MAP_BYTES // 8 + MAP_ALIGN // 8))()  # room to align the map to 64 bytes
+    start = ctypes.addressof(out) + (-ctypes.addressof(out) % MAP_ALIGN)
+    check(
+        libcuda().cuTensorMapEncodeTiled(
+            start,
+            MAP_DATA_TYPES[dtype_name],
+            2,
+            address,
+            (ctypes.c_uint64 * 2)(cols, rows),  # innermost first
+            (ctypes.c_uint64 * 1)(row_stride_bytes),
+            (ctypes.c_uint * 2)(box[1], box[0]),
+            (ctypes.c_uint * 2)(1, 1),
+            INTERLEAVE_NONE,
+            MAP_SWIZZLES[swizzle],
+            L2_PROMOTION_256B,
+            OOB_FILL_ZEROS,
+        ),
+        f"cuTensorMapEncodeTiled ({rows} x {cols} {dtype_name}, box {box[0]} x {box[1]}, swizzle {swizzle})",
+    )
+    return ctypes.string_at(start, MAP_BYTES)
 
 
 def _parameter_bytes(arg: object) -> bytes:

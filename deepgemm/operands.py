@@ -15,6 +15,7 @@ import cupy
 import numpy as np
 
 from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, OUTPUT_DTYPES
+from deepgemm.frameworks import torch_view
 from deepgemm.model import round_up
 
 VECTOR_BYTES = 16  # cp.async, 16-byte loads and TMA all need 16-byte aligned rows
@@ -26,6 +27,9 @@ def as_device_array(x: Any, name: str) -> cupy.ndarray:
         return x
     if isinstance(x, np.ndarray):
         raise TypeError(f"{name} is a host numpy.ndarray; pass a CuPy array or a CUDA tensor")
+    view = torch_view(x)
+    if view is not None:
+        return view
     if hasattr(x, "__dlpack_device__"):
         device_type, _ = x.__dlpack_device__()
         if device_type not in (2, 3):  # kDLCUDA, kDLCUDAHost is refused by from_dlpack below

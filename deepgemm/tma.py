@@ -7,12 +7,12 @@ against TMA's rules) and runs anywhere; `encode_tile_map` asks the driver for th
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import cupy
 import numpy as np
 
+from deepgemm.driver import encode_tiled_2d
 from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from deepgemm.model import round_up
 
@@ -65,8 +65,7 @@ def tile_map_spec(
 
 def encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
     """The 128-byte tensor map for `x`, as the value a `const __grid_constant__ TmaDesc` takes. A map holds
-    only the address, shape, strides, type, box and swizzle, so maps are cached by exactly those: calling
-    the driver costs tens of microseconds, a large part of a small GEMM's host time."""
+    only the address, shape, strides, type, box and swizzle, so maps are cached by exactly those."""
     key = (x.data.ptr, x.shape, x.strides, np.dtype(x.dtype).str, box_rows, box_cols, swizzle_bytes)
     if key not in _MAPS:
         if len(_MAPS) >= MAP_CACHE_SIZE:
@@ -76,40 +75,16 @@ def encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes
 
 
 MAP_CACHE_SIZE = 256
+DTYPE_NAMES = {FLOAT16: "float16", BFLOAT16: "bfloat16", FLOAT32: "float32"}
 _MAPS: dict[tuple, np.void] = {}
 
 
 def _encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
-    from cuda.bindings import driver  # the driver API: heavy, and only the TMA stages need it
-
     spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)
-    dtypes = {
-        FLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        BFLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        FLOAT32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-    }
-    swizzles = {
-        0: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-        32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-        64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-        128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-    }
-    err, tensor_map = driver.cuTensorMapEncodeTiled(
-        dtypes[np.dtype(x.dtype)],
-        2,
-        x.data.ptr,
-        [driver.cuuint64_t(spec.cols), driver.cuuint64_t(spec.rows)],  # innermost first
-        [driver.cuuint64_t(spec.row_stride_bytes)],
-        [driver.cuuint32_t(spec.box_cols), driver.cuuint32_t(spec.box_rows)],
-        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
-        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        swizzles[spec.swizzle_bytes],
-        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,  # out-of-bounds reads give zeros
-    )
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed with {err.name} for {spec}")
-    raw = ctypes.string_at(tensor_map.getPtr(), DESCRIPTOR_BYTES)
+    raw = encode_tiled_2d(
+        DTYPE_NAMES[np.dtype(x.dtype)], x.data.ptr, spec.cols, spec.rows, spec.row_stride_bytes,
+        (spec.box_rows, spec.box_cols), spec.swizzle_bytes,
+    )  # fmt: skip
     return np.frombuffer(raw, dtype=np.dtype((np.void, DESCRIPTOR_BYTES)))[0]
 
 

@@ -16,7 +16,7 @@ from deepgemm.config import GemmConfig, require_in, require_wgmma_tile
 from deepgemm.dtypes import dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.launch import KernelLaunch, tma_gemm_launch
-from deepgemm.operands import bias_vector, check_problem, require_gpu
+from deepgemm.operands import Problem, bias_vector, check_problem, require_gpu
 
 STAGE = "v5_fused"
 MIN_CC = (9, 0)
@@ -54,16 +54,25 @@ def plan(
     b: Any,
     out: Any = None,
     *,
+    out_dtype: Any = None,
+    **options: Any,
+) -> KernelLaunch:
+    """act(alpha * a @ b + bias): bias an optional vector of N, activation None / 'relu' / 'gelu' (erf) /
+    'gelu_tanh' / 'gelu_erf' / 'silu', out_dtype float16, bfloat16 or float32 (default: the input's);
+    `options` as for `plan_problem`."""
+    require_gpu(MIN_CC, STAGE, exact=True)
+    return plan_problem(check_problem(a, b, out, out_dtype=out_dtype), **options)
+
+
+def plan_problem(
+    p: Problem,
+    *,
     bias: Any = None,
     alpha: float = 1.0,
     activation: str | None = None,
-    out_dtype: Any = None,
     config: GemmConfig | None = None,
 ) -> KernelLaunch:
-    """act(alpha * a @ b + bias): bias an optional vector of N, activation None / 'relu' / 'gelu' (erf) /
-    'gelu_tanh' / 'gelu_erf' / 'silu', out_dtype float16, bfloat16 or float32 (default: the input's)."""
-    require_gpu(MIN_CC, STAGE, exact=True)
-    p = check_problem(a, b, out, out_dtype=out_dtype)
+    """The launch of a checked problem (`check_problem`): what the library call plans once per key."""
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
