@@ -160,7 +160,7 @@ def time_launches(
 
 
 HOST_CALLS = 100  # calls per host-time repeat: well short of the launch queue (about 1000 pending launches)
-HOST_REPEATS = 3
+HOST_REPEATS = 7  # the least of seven: the host machine's own noise (other tenants, clock) only ever adds
 
 
 def synchronize() -> None:
