@@ -53,37 +53,46 @@ def gemm(
     to other work before the kernel has read them. With `out`, the result is `out` itself.
     """
     framework = framework_of(a)
-    options = {"activation": activation, "out_dtype": out_dtype, "config": config}
     try:
-        key = plan_key(framework, a, b, bias, out, options)
+        key = plan_key(framework, a, b, bias, out, activation, out_dtype, config)
     except TypeError:  # not arrays of one framework, or an unhashable option: the checks say what is wrong
-        return Replanned(framework, None)(a, b, bias, alpha, out, options)
+        options = {"activation": activation, "out_dtype": out_dtype, "config": config}
+        return Replanned(framework, None, options)(a, b, bias, alpha, out)
     plan = _PLANS.get(key)
     if plan is None:
+        options = {"activation": activation, "out_dtype": out_dtype, "config": config}
         plan = make_plan(framework, a, b, bias, alpha, out, options)
         if len(_PLANS) >= PLAN_CACHE_SIZE:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = plan
-    return plan(a, b, bias, alpha, out, options)
+    return plan(a, b, bias, alpha, out)
 
 
 _PLANS: dict[tuple, Any] = {}
 
 
-def plan_key(framework: Cupy | Torch, a: Any, b: Any, bias: Any, out: Any, options: dict[str, Any]) -> tuple:
+def plan_key(
+    framework: Cupy | Torch,
+    a: Any,
+    b: Any,
+    bias: Any,
+    out: Any,
+    activation: str | None,
+    out_dtype: Any,
+    config: GemmConfig | None,
+) -> tuple:
     """What fixes a launch, read off the arrays; TypeError where an argument is not the framework's array."""
     meta, pointer = framework.meta, framework.pointer
     operands = (meta(a), meta(b))  # first: they refuse what is not the framework's array
     aligned = not ((pointer(a) | pointer(b)) & 15)
-    config = options["config"]
     return (
         framework.name,
         *operands,
         aligned,
         None if bias is None else meta(bias),
         None if out is None else (meta(out), not pointer(out) & 15),
-        options["activation"],
-        options["out_dtype"],
+        activation,
+        out_dtype,
         None if config is None else config.key(),
     )
 
@@ -95,7 +104,7 @@ def make_plan(
     device = framework.meta(a)[3]
     launch, _ = stage_launch(framework, device, a, b, bias, alpha, out, options)
     if not launch.in_place:
-        return Replanned(framework, device)
+        return Replanned(framework, device, options)
     raw = RawLaunch(launch.kernel.kernel.ptr, launch.grid[0], launch.block[0], launch.shared_mem, launch.args)
     bias_in_place = bias is None or framework.is_float32_vector(framework.meta(bias))
     out_dtype = framework.framework_dtype(launch.out.dtype)
@@ -137,7 +146,7 @@ class Launched:
         self.bias_arg, self.alpha_arg = raw.u64(slots["bias"]), raw.f32(slots["alpha"])
         self.lock = threading.Lock()  # one parameter buffer: written and launched by one thread at a time
 
-    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]) -> Any:
+    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
         if cupy.cuda.runtime.getDevice() != self.device:  # the kernel is loaded in the device's primary context
             with cupy.cuda.Device(self.device):
                 return self.launch(a, b, bias, alpha, out)
@@ -168,12 +177,12 @@ class Replanned:
     """A call planned anew each time: operands TMA cannot read as they lie (the stage copies them), or
     arguments that are not arrays of the caller's framework (the checks name what is wrong)."""
 
-    def __init__(self, framework: Cupy | Torch, device: int | None) -> None:
-        self.framework, self.device = framework, device
+    def __init__(self, framework: Cupy | Torch, device: int | None, options: dict[str, Any]) -> None:
+        self.framework, self.device, self.options = framework, device, options
 
-    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]) -> Any:
+    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
         device = self.device if self.device is not None else as_device_array(a, "a").device.id
-        launch, target = stage_launch(self.framework, device, a, b, bias, alpha, out, options)
+        launch, target = stage_launch(self.framework, device, a, b, bias, alpha, out, self.options)
         with cupy.cuda.Device(device), self.framework.on_stream(device):
             launch()
         return target

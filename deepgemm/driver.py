@@ -104,8 +104,8 @@ class RawLaunch:
             end += -end % align
             offsets.append(end)
             end += len(value)
-        self._storage = np.zeros(end + MAP_ALIGN, dtype=np.uint8)  # kept alive: the driver reads from it
-        base = self._storage.ctypes.data
+        self._storage = (ctypes.c_uint8 * (end + MAP_ALIGN))()  # kept alive: the driver reads from it
+        base = ctypes.addressof(self._storage)
         base += -base % MAP_ALIGN
         self.addresses = [base + offset for offset in offsets]
         for address, value in zip(self.addresses, raw, strict=True):

@@ -232,15 +232,16 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDes
 template <bool MN_MAJOR, int ROWS, bool MULTICAST>
 __device__ __forceinline__ void tma_load_operand(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row,
                                                  unsigned short cta_mask) {
-    constexpr int BOXES = MN_MAJOR ? ROWS / MN_BOX_COLS : 1;
     static_assert(!MN_MAJOR || ROWS % MN_BOX_COLS == 0, "an MN-major part is whole 64-wide boxes");
+    if constexpr (!MN_MAJOR) {
+        if constexpr (MULTICAST) tma_load_2d_multicast(dst, map, bar, k, row, cta_mask);
+        else tma_load_2d(dst, map, bar, k, row);
+    } else {
 #pragma unroll
-    for (int i = 0; i < BOXES; ++i) {
-        const int x = MN_MAJOR ? row + i * MN_BOX_COLS : k, y = MN_MAJOR ? k : row;
-        if constexpr (MULTICAST) {
-            tma_load_2d_multicast(dst + i * MN_BOX_BYTES, map, bar, x, y, cta_mask);
-        } else {
-            tma_load_2d(dst + i * MN_BOX_BYTES, map, bar, x, y);
+        for (int i = 0; i < ROWS / MN_BOX_COLS; ++i) {
+            const unsigned box = dst + i * MN_BOX_BYTES;
+            if constexpr (MULTICAST) tma_load_2d_multicast(box, map, bar, row + i * MN_BOX_COLS, k, cta_mask);
+            else tma_load_2d(box, map, bar, row + i * MN_BOX_COLS, k);
         }
     }
 }
@@ -647,8 +648,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     // by 32 bytes (2 in the descriptor); the hardware applies the same XOR as TMA, from
                     // the address bits. [5] MN-major, it is rows 16kk to 16kk + 15 of each box: 2 KB on.
                     // A tile's first step overwrites acc (scale-d 0) instead of adding.
-                    wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + stage_desc + kk * A_K_STEP,
-                                                                     desc_b0 + stage_desc + kk * B_K_STEP,
+                    const unsigned long long step_a = stage_desc + kk * A_K_STEP, step_b = stage_desc + kk * B_K_STEP;
+                    wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + step_a, desc_b0 + step_b,
                                                                      (k_tile | kk) != 0);
                 }
                 wgmma_commit_group();
