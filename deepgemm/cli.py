@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import cupy
 
-from deepgemm import bench, call_suite, first_call, results, stability, stages
+from deepgemm import bench, call_suite, first_call, results, stability, stages, tables
 from deepgemm.check import random_problem
 from deepgemm.config import GemmConfig
 from deepgemm.diff import kernel_diff
@@ -161,14 +161,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    """The recorded progression as a Markdown table: the stage READMEs' (all columns), or with `--brief` the
-    top README's."""
+    """A record as a Markdown table: the stage READMEs' (all columns), or with `--brief` the top README's
+    (for the call suite, `tables.call_summary`)."""
     record = results.load(args.name)
     rows = record["rows"]
     if args.stage:
         rows = results.stage_rows(rows, stage_name(args.stage))
     columns = results.BRIEF_COLUMNS if args.brief else results.MARKDOWN_COLUMNS
-    print(results.markdown_table(rows, results.TABLE_COLUMNS.get(args.name, columns)))
+    columns = results.TABLE_COLUMNS.get(args.name, columns)
+    if args.brief and args.name == "call":  # per dtype and shape, the 8 layouts and frameworks in one row
+        rows, columns = tables.call_summary(rows), tables.CALL_SUMMARY_COLUMNS
+    print(results.markdown_table(rows, columns))
     if record.get("first_call"):
         print()
         print(results.markdown_table(record["first_call"], results.FIRST_CALL_COLUMNS))

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from deepgemm import results, stages
@@ -333,3 +334,26 @@ TILE_ROUND_COLUMNS = (
     ("m", "M", 0), ("n", "N", 0), ("cluster_tiles", "cluster tiles", 0), ("ctas", "CTAs", 0), ("rounds", "rounds", 0),
     ("sms_busy_pct", "% SMs busy", 0), ("rows_of_c_pct", "% computed rows in C", 1),
 )  # fmt: skip
+
+
+CALL_SUMMARY_COLUMNS = (
+    ("dtype", "dtype", 0), ("shape", "M x N x K", 0), ("host_us", "host µs (median)", 1),
+    ("torch_host_us", "torch.matmul host µs", 1), ("call_us", "µs per call (median)", 1),
+    ("torch_us", "torch µs (median)", 1), ("x_torch_min", "x torch, lowest", 3), ("x_torch", "median", 3),
+    ("x_torch_max", "highest", 3),
+)  # fmt: skip
+
+
+def call_summary(rows: Iterable[Row]) -> list[Row]:
+    """The call suite per dtype and shape over its 8 rows (2 frameworks x 4 layouts): medians of the host
+    and GPU times, and the range of x torch, so that a layout or framework that lags shows in the range."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row["dtype"], *shape_of(row)), []).append(row)
+    summary = []
+    for (dtype, m, n, k), group in groups.items():
+        ratios = [r["x_torch"] for r in group]
+        medians = {key: median(r[key] for r in group) for key in ("host_us", "torch_host_us", "call_us", "torch_us")}
+        summary.append({"dtype": dtype, "m": m, "n": n, "k": k, **medians, "x_torch": median(ratios),
+                        "x_torch_min": min(ratios), "x_torch_max": max(ratios)})  # fmt: skip
+    return summary

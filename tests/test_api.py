@@ -42,7 +42,7 @@ def _key(a=None, b=None, *, bias=None, out=None, **options) -> tuple:
     from deepgemm.api import plan_key
 
     options = {"activation": None, "out_dtype": None, "config": None, **options}
-    return plan_key(_Framework, a or _array(), b or _array((64, 32), (64, 2)), bias, out, options)
+    return plan_key(_Framework, a or _array(), b or _array((64, 32), (64, 2)), bias, out, **options)
 
 
 def test_a_plan_is_found_again_only_by_what_fixes_the_launch():

@@ -114,3 +114,17 @@ def test_shipped_rows_finds_v5_as_it_ships_in_every_suite():
     others = ["v5_fused GROUP_M=1", "v5_fused CLUSTER_M=1", "v4_pipeline_swizzle", "cublas"]
     rows = [{"stage": s} for s in names + others]
     assert [r["stage"] for r in tables.shipped_rows(rows)] == names
+
+
+def test_the_call_summary_takes_medians_per_shape_and_the_range_of_x_torch():
+    from deepgemm.tables import call_summary
+
+    def row(m: int, x: float, host: float) -> dict:
+        return {"dtype": "fp16", "m": m, "n": 64, "k": 64, "x_torch": x, "host_us": host, "torch_host_us": 12.0,
+                "call_us": 10.0, "torch_us": 10.0 * x}  # fmt: skip
+
+    summary = call_summary([row(1, 0.9, 14.0), row(1, 1.1, 30.0), row(1, 1.0, 15.0), row(2, 1.2, 13.0)])
+    assert [(s["m"], s["x_torch_min"], s["x_torch"], s["x_torch_max"], s["host_us"]) for s in summary] == [
+        (1, 0.9, 1.0, 1.1, 15.0),
+        (2, 1.2, 1.2, 1.2, 13.0),
+    ]
