@@ -21,6 +21,7 @@ import cupy
 from deepgemm import stages
 from deepgemm.config import GemmConfig
 from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, RawLaunch, check
+from deepgemm.dtypes import FLOAT32
 from deepgemm.frameworks import Cupy, Torch, framework_of
 from deepgemm.launch import KernelLaunch
 from deepgemm.operands import as_device_array, check_problem, require_gpu
@@ -100,15 +101,16 @@ def plan_key(
 def make_plan(
     framework: Cupy | Torch, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
 ) -> Launched | Replanned:
-    """Check the call, compile and plan it; a `Launched` plan where the kernel reads the operands in place."""
+    """Check the call, compile and plan it; a `Launched` plan where the kernels read the operands in place."""
     device = framework.meta(a)[3]
     launch, _ = stage_launch(framework, device, a, b, bias, alpha, out, options)
     if not launch.in_place:
         return Replanned(framework, device, options)
-    raw = RawLaunch(launch.kernel.kernel.ptr, launch.grid[0], launch.block[0], launch.shared_mem, launch.args)
+    steps = [(RawLaunch(k.kernel.kernel.ptr, k.grid[0], k.block[0], k.shared_mem, k.args), k) for k in launch.launches]
     bias_in_place = bias is None or framework.is_float32_vector(framework.meta(bias))
+    workspace = None if launch.workspace is None else launch.workspace.shape
     out_dtype = framework.framework_dtype(launch.out.dtype)
-    return Launched(framework, device, raw, launch.out.shape, out_dtype, bias_in_place)
+    return Launched(framework, device, steps, launch.out.shape, out_dtype, bias_in_place, workspace)
 
 
 def stage_launch(
@@ -128,26 +130,27 @@ def stage_launch(
 
 
 class Launched:
-    """A planned call whose kernel reads the operands in place: a call re-points and launches."""
+    """A planned call whose kernels read the operands in place: a call re-points and launches."""
 
     def __init__(
         self,
         framework: Cupy | Torch,
         device: int,
-        raw: RawLaunch,
+        steps: list[tuple[RawLaunch, KernelLaunch]],
         out_shape: tuple[int, int],
         out_dtype: Any,
         bias_in_place: bool,
+        workspace: tuple[int, int] | None,
     ) -> None:
-        self.framework, self.device, self.raw = framework, device, raw
+        self.framework, self.device = framework, device
         self.out_shape, self.out_dtype, self.bias_in_place = out_shape, out_dtype, bias_in_place
-        slots = stages.load(LIBRARY_STAGE).ARG_SLOTS
-        self.slot_a, self.slot_b, self.slot_out = slots["a"], slots["b"], slots["out"]
-        self.bias_arg, self.alpha_arg = raw.u64(slots["bias"]), raw.f32(slots["alpha"])
-        self.lock = threading.Lock()  # one parameter buffer: written and launched by one thread at a time
+        self.workspace, self.workspace_dtype = workspace, framework.framework_dtype(FLOAT32)
+        # Per kernel: its launch, what each call writes into its parameters, and its name for errors.
+        self.steps = [(raw, raw.setters(launch.slots), launch.kernel.name) for raw, launch in steps]
+        self.lock = threading.Lock()  # one parameter buffer per kernel: written and launched by one thread at a time
 
     def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
-        if cupy.cuda.runtime.getDevice() != self.device:  # the kernel is loaded in the device's primary context
+        if cupy.cuda.runtime.getDevice() != self.device:  # the kernels are loaded in the device's primary context
             with cupy.cuda.Device(self.device):
                 return self.launch(a, b, bias, alpha, out)
         return self.launch(a, b, bias, alpha, out)
@@ -156,20 +159,22 @@ class Launched:
         fw = self.framework
         result = fw.empty(self.out_shape, self.out_dtype, a) if out is None else out
         if bias is not None and not self.bias_in_place:
-            bias = fw.float32_vector(bias)  # on the same stream as the kernel: it lives until the kernel ran
-        pa, pb, pc = fw.pointer(a), fw.pointer(b), fw.pointer(result)
+            bias = fw.float32_vector(bias)  # on the same stream as the kernels: it lives until they ran
+        values = {"a": fw.pointer(a), "b": fw.pointer(b), "out": fw.pointer(result), "alpha": alpha}
+        values["bias"] = 0 if bias is None else fw.pointer(bias)
+        scratch = None if self.workspace is None else fw.empty(self.workspace, self.workspace_dtype, a)
+        if scratch is not None:  # split-K's partial sums, allocated on the kernels' stream
+            values["workspace"] = fw.pointer(scratch)
         stream = fw.stream(self.device)
         with self.lock:
-            self.raw.repoint_map(self.slot_a, pa)
-            self.raw.repoint_map(self.slot_b, pb)
-            self.raw.repoint_map(self.slot_out, pc)
-            self.bias_arg.value = 0 if bias is None else fw.pointer(bias)
-            self.alpha_arg.value = alpha
-            status = self.raw.launch(stream)
-            if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make its context current
-                with cupy.cuda.Device(self.device):
-                    status = self.raw.launch(stream)
-            check(status, "cuLaunchKernel of gemm_kernel")
+            for raw, setters, name in self.steps:
+                for slot, write in setters:
+                    write(values[slot])
+                status = raw.launch(stream)
+                if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make it current
+                    with cupy.cuda.Device(self.device):
+                        status = raw.launch(stream)
+                check(status, f"cuLaunchKernel of {name}")
         return result
 
 

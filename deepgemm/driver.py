@@ -9,8 +9,9 @@ tensor map through `cuTensorMapReplaceAddress` and a pointer or a scalar by writ
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Callable, Sequence
+from functools import cache, partial
+from typing import Any
 
 import cupy
 import numpy as np
@@ -126,6 +127,17 @@ class RawLaunch:
     def f32(self, slot: int) -> ctypes.c_float:
         """A handle whose `.value` writes the float parameter in `slot`."""
         return ctypes.c_float.from_address(self.addresses[slot])
+
+    def setters(self, slots: dict[str, tuple[int, str]]) -> list[tuple[str, Callable[[Any], None]]]:
+        """For each named slot (position, kind "map" / "ptr" / "f32"), a function that writes a call's value."""
+        found = []
+        for name, (slot, kind) in slots.items():
+            if kind == "map":
+                found.append((name, partial(self.repoint_map, slot)))
+            else:
+                handle = self.u64(slot) if kind == "ptr" else self.f32(slot)
+                found.append((name, partial(setattr, handle, "value")))
+        return found
 
     def launch(self, stream: int) -> int:
         """cuLaunchKernel on `stream` (a CUstream handle; 0 is the legacy default stream): its CUresult."""

@@ -91,11 +91,12 @@ def get_module(stage: str, defines: Mapping[str, int]) -> cupy.RawModule:
     return _modules[key]
 
 
-def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
-    """The stage's `gemm_kernel` compiled for the current GPU with these defines (cached)."""
-    key = _key(stage, defines)
+def get_kernel(stage: str, defines: Mapping[str, int], name: str = ENTRY_POINT) -> cupy.RawKernel:
+    """The stage's `gemm_kernel` (or another of its kernels) compiled for the current GPU with these defines
+    (cached)."""
+    key = (*_key(stage, defines), name)
     if key not in _kernels:
-        _kernels[key] = get_module(stage, defines).get_function(ENTRY_POINT)
+        _kernels[key] = get_module(stage, defines).get_function(name)
     return _kernels[key]
 
 

@@ -6,7 +6,7 @@ in the plan, so timing a plan's calls measures the kernel and not the Python aro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import cupy
@@ -46,6 +46,9 @@ class KernelLaunch:
     keep_alive: tuple = ()  # copies the kernel reads through descriptors, kept until the plan is dropped
     written: cupy.ndarray | None = None  # where the kernel writes, when not `out` itself; copied into `out`
     in_place: bool = False  # the kernel reads the caller's operands and writes `out` itself: nothing copied
+    # The arguments a library call changes, by name ("a", "b", "out", "workspace", "bias", "alpha"): their
+    # position in `args` and kind ("map": a tensor map to re-point, "ptr": a pointer, "f32": a float).
+    slots: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         limits = device_limits(cupy.cuda.Device().id)
@@ -73,6 +76,31 @@ class KernelLaunch:
         if self.written is not None:
             self.out[...] = self.written
         return self.out
+
+    @property
+    def launches(self) -> tuple[KernelLaunch, ...]:
+        return (self,)
+
+    workspace = None  # scratch memory the launch needs besides `out` (LaunchSequence has one)
+
+
+@dataclass
+class LaunchSequence:
+    """Kernels launched one after another on the current stream, sharing a scratch `workspace` (split-K's
+    partial sums): called like a KernelLaunch, it returns `out`."""
+
+    launches: tuple[KernelLaunch, ...]
+    out: cupy.ndarray
+    workspace: cupy.ndarray
+
+    def __call__(self) -> cupy.ndarray:
+        for launch in self.launches:
+            launch()
+        return self.out
+
+    @property
+    def in_place(self) -> bool:
+        return all(launch.in_place for launch in self.launches)
 
 
 def require_smem(dynamic_bytes: int) -> None:
@@ -118,12 +146,14 @@ def persistent_grid(
     dynamic_smem: int,
     cluster_m: int,
     cluster_n: int = 1,
+    units_per_tile: int = 1,
 ) -> int:
     """CTAs of a persistent grid: as many whole clusters of `cluster_m` x `cluster_n` CTAs (tiles along M
     and N) as fit on the GPU at once (one CTA per SM without clusters), but only as many as finish the
-    cluster tiles in that many rounds, so that every round is full (`balanced_workers`)."""
+    work units (`units_per_tile` per cluster tile: split-K's slices) in that many rounds, so that every
+    round is full (`balanced_workers`)."""
     size = cluster_m * cluster_n
-    tiles = cluster_tiles(problem.m, problem.n, block_m, block_n, cluster_m, cluster_n)
+    tiles = cluster_tiles(problem.m, problem.n, block_m, block_n, cluster_m, cluster_n) * units_per_tile
     if size == 1:
         slots = device_limits(problem.out.device.id)["sm_count"]
     else:
@@ -152,6 +182,8 @@ def tma_gemm_launch(
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
     keep_alive: tuple = (),
+    store: cupy.ndarray | None = None,
+    units_per_tile: int = 1,
 ) -> KernelLaunch:
     """What v3-v5 share: operands read in place where TMA can describe them (`tma_operand`; a stage that
     reads MN-major operands, `mn_major_ok`, is told which are through A_MN_MAJOR and B_MN_MAJOR), their
@@ -161,7 +193,8 @@ def tma_gemm_launch(
 
     A kernel that exports no store box takes C as a pointer and its leading dimension. One that does
     (`LaunchFacts.store_box`) stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot
-    describe is written to a padded buffer and copied. A config whose pipeline stages alone exceed the GPU's shared
+    describe is written to a padded buffer and copied; `store`, where given, is stored into instead of C (split-K's
+    workspace, `units_per_tile` slices per tile). A config whose pipeline stages alone exceed the GPU's shared
     memory is refused before it is compiled; the exact total is checked once the kernel says it."""
     require_smem(tile_smem_bytes(cfg))
     a_x, a_mn, a_copied = tma_operand(problem.a, mn_major_ok)
@@ -179,12 +212,14 @@ def tma_gemm_launch(
     if facts.store_box is None:
         args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, k, np.int32(leading_dim(problem.out)))
     else:
-        target = tma_store_target(problem.out)
-        written = None if target is problem.out else target
+        target = tma_store_target(problem.out) if store is None else store
+        written = None if target is problem.out or store is not None else target
         tma_c = encode_tile_map(target, *facts.store_box, swizzle_bytes=128)
         args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, k)
     if persistent:
-        grid = persistent_grid(problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m, cluster_n)
+        grid = persistent_grid(
+            problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m, cluster_n, units_per_tile
+        )
     else:
         grid = output_tiles(problem.m, problem.n, block_m, block_n)
     return KernelLaunch(

@@ -35,3 +35,11 @@ def block_threads(stage: str, report: CompileReport) -> int:
     if hasattr(launcher, "threads"):
         return launcher.threads(launcher.DEFAULTS)
     return report.launch_facts().threads
+
+
+def function_sass(code: str, name: str) -> str:
+    """One function's part of a cubin's SASS (kernel.cu may hold several kernels)."""
+    for part in code.split("Function : ")[1:]:
+        if part.startswith(name) and not part[len(name)].isalnum() and part[len(name)] != "_":
+            return part
+    raise AssertionError(f"no function {name} in the SASS")

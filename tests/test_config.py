@@ -60,3 +60,17 @@ def test_value_reads_core_fields_and_extra_knobs_by_define_name():
     for missing in ("BLOCK_N", "CLUSTER_M"):
         with pytest.raises(ValueError, match=f"no knob {missing}"):
             cfg.value(missing)
+
+
+def test_v5_refuses_a_split_k_it_cannot_run():
+    import pytest
+
+    from deepgemm import stages
+    from deepgemm.config import GemmConfig
+
+    v5 = stages.load("v5")
+    with pytest.raises(ValueError, match="SPLIT_K = 0 must be a positive number"):
+        v5.check_config(GemmConfig(extra={"SPLIT_K": 0}).merged_over(v5.DEFAULTS))
+    with pytest.raises(ValueError, match="SPLIT_K = 5 exceeds the 4 k-tiles of K = 200"):
+        v5.check_split(5, 200, 64)
+    v5.check_split(4, 200, 64)  # one k-tile per slice is allowed

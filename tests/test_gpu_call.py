@@ -199,3 +199,36 @@ def test_the_call_suite_verifies_and_times_every_layout():
         assert row["passed"] and row["torch_passed"], f"{row['framework']} {row['a_layout']} x {row['b_layout']}"
         assert row["host_us"] > 0 and row["torch_host_us"] > 0 and row["x_torch"] > 0
         assert row["call_us"] == pytest.approx(1e3 * row["ms"])
+
+
+@pytest.mark.parametrize("framework", call_suite.FRAMEWORKS)
+def test_split_k_through_the_call_is_right_and_the_same_on_every_stream(framework):
+    """[6] A split-K config through the library call: two kernels and a workspace per call, allocated by
+    the caller's framework on its stream. Right in every layout, and threads on their own streams get the
+    bits one stream gets (the slices are added in a fixed order)."""
+    config = deepgemm.GemmConfig(block_n=128, extra={"SPLIT_K": 4, "CLUSTER_M": 1})
+    for i, (a_layout, b_layout) in enumerate(call_suite.LAYOUT_PAIRS):
+        a, b = _operands((128, 4096, 4096), "bf16", a_layout, b_layout, seed=600 + i)
+        result = deepgemm.gemm(*_as_framework(framework, (a, b)), config=config)
+        got = cupy.from_dlpack(result) if framework == "torch" else result
+        stats = error_stats(got, reference(a, b))
+        assert stats.passed, f"{framework} {a_layout} x {b_layout}: {stats.summary()}"
+    inputs = [_as_framework(framework, pair) for pair in _thread_inputs()]
+    alone = [cupy.from_dlpack(deepgemm.gemm(a, b, config=config)).copy() for a, b in inputs]
+    cupy.cuda.Device().synchronize()
+
+    def calls_on_own_stream(i: int) -> list:
+        if framework == "torch":
+            torch = pytest.importorskip("torch")
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                outs = [deepgemm.gemm(*inputs[i], config=config) for _ in range(CALLS)]
+        else:
+            with cupy.cuda.Stream(non_blocking=True) as stream:
+                outs = [deepgemm.gemm(*inputs[i], config=config) for _ in range(CALLS)]
+        stream.synchronize()
+        return [cupy.from_dlpack(out) for out in outs]
+
+    for i, outs in enumerate(_on_threads(calls_on_own_stream)):
+        same = [bool(cupy.array_equal(out.view(cupy.uint16), alone[i].view(cupy.uint16))) for out in outs]
+        assert all(same), f"thread {i}: calls {[j for j, ok in enumerate(same) if not ok]} differ from one stream's"

@@ -224,6 +224,43 @@ def test_v5_with_128_wide_tiles_matches_reference(dtype):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
+    """[6] SPLIT_K 2, 3 and 4, clusters on and off: small M (what it is for), tails in every dimension, K
+    whose k-tiles do not split evenly; the epilogue (bias, GELU, an fp32 or 16-bit out) applied by the
+    reduction; then five more launches of one plan, each bit-identical to the first."""
+    import cupy
+
+    from deepgemm.check import random_problem, reference, verify
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT32, input_dtype
+
+    launcher = _stage_or_skip("v5_fused")
+    failures = []
+    for split in (2, 3, 4):
+        for cluster_m in (1, 2):
+            config = GemmConfig(block_n=128, extra={"SPLIT_K": split, "CLUSTER_M": cluster_m})
+            for i, (m, n, k) in enumerate(((1, 4096, 4096), (128, 4096, 4096), (129, 520, 200), (300, 1000, 1000))):
+                a, b = random_problem(m, n, k, input_dtype(dtype), seed=800 + 10 * split + i)
+                stats = _check(launcher, a, b, config=config)
+                if not stats.passed:
+                    failures.append(f"{m}x{n}x{k} SPLIT_K={split} CLUSTER_M={cluster_m}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+    a, b = random_problem(200, 520, 1000, input_dtype(dtype), seed=9)
+    bias = cupy.random.default_rng(9).random(520, dtype=cupy.float32) * 2 - 1
+    for out_dtype in (None, FLOAT32):
+        config = GemmConfig(extra={"SPLIT_K": 3})
+        launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+        expected = reference(a, b, bias=bias, activation="gelu_tanh")
+        stats = verify(launch, expected, launch.out)
+        assert stats.passed, f"fused, out {out_dtype}: {stats.summary()}"
+        first = launch().copy()
+        for _ in range(5):
+            assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "split-K is not deterministic"
+    with pytest.raises(ValueError, match="SPLIT_K = 20 exceeds the 16 k-tiles"):
+        launcher.plan(a, b, config=GemmConfig(extra={"SPLIT_K": 20}))
+
+
 def test_library_call_on_cupy_returns_cupy():
     import cupy
 

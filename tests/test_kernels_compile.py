@@ -11,6 +11,7 @@ from kernels import (
     TENSOR_CORE_STAGES,
     block_threads,
     compiled,
+    function_sass,
     launcher_defines,
     sass,
 )
@@ -154,13 +155,38 @@ def test_v5_reads_each_operand_layout_with_the_transpose_bit_and_64_wide_boxes(
         assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"
 
 
+@pytest.mark.parametrize(("split", "cluster_m", "block_n"), [(2, 2, 256), (4, 1, 128), (3, 2, 128)])
+def test_v5_split_k_builds_keep_the_main_loop_and_add_a_reduction(split, cluster_m, block_n):
+    """[6] A split-K build stores fp32 partials: no spills, no serialised wgmma, the main loop as short as
+    without it; every build of kernel.cu also holds splitk_reduce_kernel, the deterministic reduction."""
+    for bf16 in (False, True):
+        knobs = {"SPLIT_K": split, "CLUSTER_M": cluster_m, "BLOCK_N": block_n, "OUT_DTYPE": 2}
+        defines = launcher_defines("v5_fused", bf16, **knobs)
+        report = compiled("v5_fused", defines)
+        assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, (knobs, report.log)
+        code = sass("v5_fused", defines)
+        loop = _sass_loop_around(code, f"HGMMA.64x{block_n}x16")
+        assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"
+        assert "Function : splitk_reduce_kernel" in code
+
+
+def test_v5_split_k_refuses_a_fused_epilogue_in_the_partials():
+    """The partials must be plain fp32 sums (the reduction applies alpha, bias and the activation): a
+    split-K build with another output type or an epilogue does not compile."""
+    from deepgemm.jit import compile_report
+
+    with pytest.raises(RuntimeError, match="split-K partials are plain fp32 sums"):
+        compile_report("v5_fused", dict(launcher_defines("v5_fused", False, SPLIT_K=2, OUT_DTYPE=0)))
+
+
 @pytest.mark.parametrize("activation", [2, 4])  # GELU (tanh form), SiLU
 @pytest.mark.parametrize(("out_dtype", "fast"), [(0, True), (1, True), (2, False)])
 def test_v5_gelu_and_silu_take_one_mufu_tanh_for_16_bit_outputs(activation, out_dtype, fast):
     """0.5 x (1 + tanh(v)): one MUFU.TANH per element for fp16/bf16 outputs (the special-function unit
     sets the epilogue's pace); an fp32 output keeps expf and IEEE division, whose slow path is a call
     (FCHK flags the operands that need it)."""
-    code = sass("v5_fused", launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=activation, OUT_DTYPE=out_dtype))
+    defines = launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=activation, OUT_DTYPE=out_dtype)
+    code = function_sass(sass("v5_fused", defines), "gemm_kernel")  # splitk_reduce_kernel has its own
     if fast:  # one per accumulator (128 per thread); the few MUFU.RCP are the tile walk's integer divisions
         assert code.count("MUFU.TANH") == 128 and code.count("MUFU") - 128 < 16
     assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
@@ -180,7 +206,10 @@ V5_MAIN_LOOP_MAX_INSTRUCTIONS = 56  # NVRTC: 49; 95 when the descriptors were re
 
 def _sass_loop_around(code: str, marker: str) -> list[str]:
     """The instructions of the innermost loop holding the first `marker`: from the target of the first
-    backward branch after it to that branch."""
+    backward branch after it to that branch, within the function that holds the marker (each function's
+    addresses start at 0)."""
+    functions = re.split(r"\n\s*Function : ", code)
+    code = next(f for f in functions if marker in f)
     lines = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*;)", code)]
     first = next(addr for addr, text in lines if marker in text)
     for addr, text in lines:

@@ -14,6 +14,9 @@
 //   [5] either operand in either layout (A_MN_MAJOR, B_MN_MAJOR): an operand stored with M (or N)
 //       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
 //       transpose bit tells the tensor cores it is MN-major; no copy on the host.
+//   [6] split-K (SPLIT_K > 1), for problems with too few tiles to fill the GPU: every tile is computed
+//       once per slice of K into its own fp32 partial, and splitk_reduce_kernel adds the slices in index
+//       order and applies the epilogue, so that a result is the same from run to run.
 // Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
 // issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
 // What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
@@ -95,6 +98,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef B_MN_MAJOR
 #define B_MN_MAJOR 0   // [5] 1: B is stored K x N with N contiguous (a row-major (K, N)); 0: N x K, K contiguous
 #endif
+#ifndef SPLIT_K
+#define SPLIT_K 1      // [6] slices of K per tile; > 1 writes fp32 partials for splitk_reduce_kernel
+#endif
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
@@ -137,6 +143,8 @@ static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N == 128 || BLOCK_N == 256, "the consumers issue wgmma m64n128k16 or m64n256k16");
+static_assert(SPLIT_K == 1 || (OUT_DTYPE == 2 && HAS_BIAS == 0 && ACTIVATION == 0),
+              "[6] split-K partials are plain fp32 sums: splitk_reduce_kernel applies the epilogue");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
@@ -441,6 +449,19 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
     }
 }
 
+// [6] A work unit: cluster tile `tile`, its k-tiles [k_begin, k_end) and the slice of K they are. Unit u
+// is slice u / num_tiles of cluster tile u % num_tiles; the slices split k_tiles as evenly as integers
+// allow, none empty while k_tiles >= SPLIT_K (the launcher's check). Without split-K a unit is a tile.
+struct WorkUnit { int tile, k_begin, k_end, slice; };
+__device__ __forceinline__ WorkUnit work_unit(int u, int num_tiles, int k_tiles) {
+#if SPLIT_K > 1
+    const int slice = u / num_tiles;
+    return {u % num_tiles, slice * k_tiles / SPLIT_K, (slice + 1) * k_tiles / SPLIT_K, slice};
+#else
+    return {u, 0, k_tiles, 0};
+#endif
+}
+
 // [2] Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
 // every CTA whose producer writes into this one: the CTAs of this tile column (their parts of B) and of
 // this tile row (their parts of A), this CTA once. empty_bar0[i] is the address of empty_bar[0] in the
@@ -534,6 +555,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
     const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
+    const int slice_rows = cluster_rows * CLUSTER_M * BLOCK_M;  // [6] every CTA's rows, the padding included
     const int warpgroup = threadIdx.x / 128;
 
     // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
@@ -569,11 +591,12 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const unsigned short row_mask = ((1u << CLUSTER_SIZE) - 1) / ((1u << CLUSTER_M) - 1) << rank_m;
         const unsigned short column_mask = ((1u << CLUSTER_M) - 1) << (CLUSTER_M * rank_n);
         if (threadIdx.x == 0) {
-            for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
+            for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
+                const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
                 int cluster_m, cluster_n;
-                grouped_tile(tile_idx, cluster_rows, cluster_cols, cluster_m, cluster_n);
+                grouped_tile(unit.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
                 const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
-                for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+                for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
                     // Wait until the consumers of every CTA in the cluster (this producer's part of B
                     // lands in all of them) have released this stage's previous contents. On the
                     // first pass the wait is for parity 1, the phase "before" a fresh barrier, which
@@ -630,14 +653,15 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             empty_bar0[i] = CLUSTER_SIZE > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender) : smem_addr(&empty_bar[0]);
         }
 
-        for (int tile_idx = cluster_id; tile_idx < num_tiles; tile_idx += num_clusters) {
+        for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
+            const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
             int cluster_m, cluster_n;
-            grouped_tile(tile_idx, cluster_rows, cluster_cols, cluster_m, cluster_n);
+            grouped_tile(unit.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
             const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
 
             // ---- main loop over K -------------------------------------------------------------------
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
-            for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+            for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
                 mbarrier_wait_parity(full_bar0 + stage * 8, phase);
 
                 const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
@@ -650,13 +674,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     // A tile's first step overwrites acc (scale-d 0) instead of adding.
                     const unsigned long long step_a = stage_desc + kk * A_K_STEP, step_b = stage_desc + kk * B_K_STEP;
                     wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + step_a, desc_b0 + step_b,
-                                                                     (k_tile | kk) != 0);
+                                                                     ((k_tile - unit.k_begin) | kk) != 0);
                 }
                 wgmma_commit_group();
                 // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
                 // its stage, which this warp releases.
                 wgmma_wait_group<1>();
-                if (lane == 0 && k_tile > 0) release_stage(empty_bar0, prev_stage);
+                if (lane == 0 && k_tile > unit.k_begin) release_stage(empty_bar0, prev_stage);
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
@@ -669,7 +693,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
             // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
             // one lane stores the box with TMA and the warp moves on without waiting for it.
-            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+            // [6] Slice s of a split-K partial lands s * slice_rows rows down the workspace C maps.
+            const int warp_row0 = unit.slice * slice_rows + tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
             constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
 #pragma unroll
             for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
@@ -735,4 +760,49 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     __syncwarp();
     cluster_sync();
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// [6] The split-K reduction: out = act(alpha * (P_0 + P_1 + ... + P_{SLICES-1}) + bias[col]), P_s the fp32
+// partial of slice s, rows s * slice_rows onwards in the workspace. The slices are added in index order,
+// whichever finished first, so that the sum rounds the same way on every run. A thread takes 4 neighbouring
+// columns of one row as one 16-byte load per slice (the launcher pads the workspace's rows to 4 floats); it
+// is memory-bound: 4 x SLICES bytes read per element and one out_t written.
+// ---------------------------------------------------------------------------------------------------
+
+constexpr int REDUCE_THREADS = 256;
+extern "C" __device__ const int LAUNCH_REDUCE_THREADS = REDUCE_THREADS;
+
+__device__ __forceinline__ void store_out(out_t* dst, float v) {
+#if OUT_DTYPE == 2
+    *dst = v;
+#elif OUT_DTYPE == 1
+    *dst = __float2bfloat16_rn(v);
+#else
+    *dst = __float2half_rn(v);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(REDUCE_THREADS)
+splitk_reduce_kernel(const float* __restrict__ partials, out_t* __restrict__ out, const float* bias, float alpha,
+                     int M, int N, int slices, int slice_rows, int ld_partials, int ld_out)
+{
+    const int quads = (N + 3) / 4;
+    for (long long i = blockIdx.x * (long long)REDUCE_THREADS + threadIdx.x; i < (long long)M * quads;
+         i += (long long)gridDim.x * REDUCE_THREADS) {
+        const int row = (int)(i / quads), col = 4 * (int)(i % quads);
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s = 0; s < slices; ++s) {
+            const float4 p = *reinterpret_cast<const float4*>(partials + ((long long)s * slice_rows + row) * ld_partials + col);
+            sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+        }
+        const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            if (col + t < N) {
+                const float b = HAS_BIAS ? bias[col + t] : 0.0f;
+                store_out(out + (long long)row * ld_out + col + t, epilogue_value(v[t], alpha, b));
+            }
+        }
+    }
 }
