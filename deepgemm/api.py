@@ -23,7 +23,7 @@ from deepgemm.config import GemmConfig
 from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, RawLaunch, check
 from deepgemm.dtypes import FLOAT32
 from deepgemm.frameworks import Cupy, Torch, framework_of
-from deepgemm.launch import KernelLaunch
+from deepgemm.launch import KernelLaunch, LaunchSequence
 from deepgemm.operands import as_device_array, check_problem, require_gpu
 
 LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
@@ -115,7 +115,7 @@ def make_plan(
 
 def stage_launch(
     framework: Cupy | Torch, device: int, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
-) -> tuple[KernelLaunch, Any]:
+) -> tuple[KernelLaunch | LaunchSequence, Any]:
     """The stage's plan of this call, with the output (`out`, or allocated by the framework) it writes."""
     stage = stages.load(LIBRARY_STAGE)
     with cupy.cuda.Device(device), framework.on_stream(device):
