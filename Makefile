@@ -4,11 +4,20 @@
 # Each target sets itself up. Where the system python already has the dependencies (the H200 machine,
 # which reaches no package registry) it is used as it is; elsewhere a virtual environment is made and
 # filled from PyPI. CUDA=12 installs CuPy for CUDA 12 instead of 13.
+#
+# A GPU runner that reaches no package index runs the notebooks with nbval from a folder of wheels:
+#   make wheels                      on a connected machine: nbval, ipykernel, nbclient and their
+#                                    dependencies for WHEEL_PYTHON (default 3.12) into .whl/ (~17 MB)
+#   make test WHEELS=.whl            on the runner: installs them into .nbval-site/ from that folder only
 
 CUDA ?= 13
 VENV ?= .venv
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+WHEELS ?=
+WHEEL_PYTHON ?= 3.12
+NOTEBOOK_PACKAGES := nbval ipykernel nbclient
+NB_SITE := .nbval-site
 
 HAVE_DEPS := $(shell python3 -c "import cupy, numpy, ml_dtypes, pytest, cuda.bindings, pynvml" >/dev/null 2>&1 && echo yes)
 ifeq ($(HAVE_DEPS),yes)
@@ -19,7 +28,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-cuda$(CUDA)
 endif
 
-.PHONY: bench test lint setup clean
+# With WHEELS, the notebooks' packages come from that folder into NB_SITE, found through PYTHONPATH.
+ifneq ($(WHEELS),)
+NB_STAMP := $(NB_SITE)/.installed
+NB_ENV := PYTHONPATH="$(CURDIR)/$(NB_SITE)$${PYTHONPATH:+:$$PYTHONPATH}" PATH="$(CURDIR)/$(NB_SITE)/bin:$$PATH"
+else
+NB_STAMP :=
+NB_ENV :=
+endif
+
+.PHONY: bench test lint setup clean wheels
 
 setup: $(STAMP)
 
@@ -30,17 +48,26 @@ $(VENV)/.installed-cuda$(CUDA): pyproject.toml
 	$(VENV)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
+$(NB_SITE)/.installed:
+	$(PY) -m pip install --quiet --no-index --find-links "$(WHEELS)" --target $(NB_SITE) $(NOTEBOOK_PACKAGES)
+	touch $@
+
+wheels:
+	python3 -m pip download --quiet --only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp \
+		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+		-d .whl $(NOTEBOOK_PACKAGES)
+
 bench: $(STAMP)
 	$(PY) -m deepgemm bench $(BENCH_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(NB_STAMP)
 	$(PY) -m pytest tests lab/tests $(PYTEST_ARGS)
-	@if $(PY) -c "import nbval" >/dev/null 2>&1; then \
-		$(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider notebooks; \
-	else echo "nbval is not installed here: notebooks not executed"; fi
+	@if $(NB_ENV) $(PY) -c "import nbval" >/dev/null 2>&1; then \
+		$(NB_ENV) $(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider notebooks; \
+	else echo "nbval is not installed here: notebooks not executed (WHEELS=DIR installs it from wheels)"; fi
 
 lint: $(STAMP)
 	$(PY) -m ruff check deepgemm stages tests lab conftest.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(NB_SITE) .pytest_cache
