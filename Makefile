@@ -9,6 +9,7 @@
 #   make wheels                      on a connected machine: nbval, ipykernel, nbclient and their
 #                                    dependencies for WHEEL_PYTHON (default 3.12) into .whl/ (~17 MB)
 #   make test WHEELS=.whl            on the runner: installs them into .nbval-site/ from that folder only
+#   make notebooks WHEELS=.whl       every notebook executed, with its outputs, into out/notebooks/
 
 CUDA ?= 13
 VENV ?= .venv
@@ -37,7 +38,7 @@ NB_STAMP :=
 NB_ENV :=
 endif
 
-.PHONY: bench test lint setup clean wheels
+.PHONY: bench test notebooks lint setup clean wheels
 
 setup: $(STAMP)
 
@@ -65,6 +66,9 @@ test: $(STAMP) $(NB_STAMP)
 	@if $(NB_ENV) $(PY) -c "import nbval" >/dev/null 2>&1; then \
 		$(NB_ENV) $(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider notebooks; \
 	else echo "nbval is not installed here: notebooks not executed (WHEELS=DIR installs it from wheels)"; fi
+
+notebooks: $(STAMP) $(NB_STAMP)
+	$(NB_ENV) $(PY) scripts/execute_notebooks.py --out out/notebooks
 
 lint: $(STAMP)
 	$(PY) -m ruff check deepgemm stages tests lab conftest.py
