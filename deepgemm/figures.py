@@ -13,9 +13,18 @@ from collections.abc import Sequence
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from deepgemm import results
-from deepgemm.model import HBM_TBS, arithmetic_intensity, ridge_intensity, roof_tflops
+from deepgemm.model import (
+    HBM_TBS,
+    SWIZZLE_ROW_CHUNKS,
+    arithmetic_intensity,
+    column_conflict_ways,
+    ridge_intensity,
+    roof_tflops,
+    swizzled_chunk,
+)
 from deepgemm.profile import STALL_REASONS
 from deepgemm.stages import CUBLAS, STAGES
 from deepgemm.tables import (
@@ -260,4 +269,31 @@ def shapes_plot(rows: Sequence[Row], stage: str = "v5_fused", dtype: str = "fp16
     rate_ax.set_title(f"TFLOP/s, {dtype}", fontsize=10)
     rate_ax.legend(fontsize=8)
     ratio_ax.set_title(f"{short_name(stage)} / cuBLAS", fontsize=10)
+    return fig
+
+
+def swizzle_map(highlight_chunk: int = 0) -> Figure:
+    """A 128-byte-wide tile's first 8 rows as shared memory holds them, without and with the 128-byte
+    swizzle: each cell is a 16-byte chunk at its bank group (its column), labelled with the logical chunk
+    it holds (`model.swizzled_chunk`). The chunk `highlight_chunk` of every row, what one 8x8 ldmatrix /
+    stmatrix reads, is shaded: in one bank group without the swizzle, in eight with it."""
+    fig = Figure(figsize=(9.0, 3.2), layout="constrained")
+    for ax, swizzle in zip(fig.subplots(1, 2), (False, True), strict=True):
+        for row in range(SWIZZLE_ROW_CHUNKS):
+            for chunk in range(SWIZZLE_ROW_CHUNKS):
+                group = swizzled_chunk(row, chunk, swizzle)
+                shaded = chunk == highlight_chunk
+                ax.add_patch(Rectangle((group, row), 1, 1, facecolor="tab:orange" if shaded else "white",
+                                       edgecolor="0.6"))  # fmt: skip
+                ax.text(group + 0.5, row + 0.5, str(chunk), ha="center", va="center", fontsize=8)
+        ways = column_conflict_ways(highlight_chunk, swizzle)
+        ax.set_xlim(0, SWIZZLE_ROW_CHUNKS)
+        ax.set_ylim(SWIZZLE_ROW_CHUNKS, 0)
+        ax.set_xticks([g + 0.5 for g in range(SWIZZLE_ROW_CHUNKS)], [str(g) for g in range(SWIZZLE_ROW_CHUNKS)])
+        ax.set_yticks([r + 0.5 for r in range(SWIZZLE_ROW_CHUNKS)], [str(r) for r in range(SWIZZLE_ROW_CHUNKS)])
+        ax.set_xlabel("bank group (4 banks, 16 bytes)")
+        ax.set_ylabel("tile row")
+        name = "128-byte swizzle: chunk c of row r at c ^ (r % 8)" if swizzle else "no swizzle"
+        verdict = f"{ways}-way bank conflict" if ways > 1 else "no bank conflict"
+        ax.set_title(f"{name}\nchunk {highlight_chunk} of 8 rows: {verdict}", fontsize=9)
     return fig

@@ -109,3 +109,22 @@ def roof_tflops(intensity: float, peak_tflops: float, bandwidth_tbs: float = HBM
 def ridge_intensity(peak_tflops: float, bandwidth_tbs: float = HBM_TBS) -> float:
     """The arithmetic intensity (FLOP/byte) above which a kernel can be compute-bound."""
     return peak_tflops / bandwidth_tbs
+
+
+SWIZZLE_CHUNK_BYTES = 16  # what the 128-byte swizzle permutes: 16 bytes, four of the 32 four-byte banks
+SWIZZLE_ROW_CHUNKS = 8  # chunks in a 128-byte tile row: one per bank group, so a row spans all 32 banks
+
+
+def swizzled_chunk(row: int, chunk: int, swizzle: bool = True) -> int:
+    """Where 16-byte chunk `chunk` of tile row `row` (128-byte rows) lies within its row: TMA's 128-byte
+    swizzle puts it at chunk ^ (row % 8), the permutation the v4 and v5 kernels address their tiles and
+    store boxes by; without the swizzle it stays at `chunk`. The position is also its bank group."""
+    return chunk ^ (row % SWIZZLE_ROW_CHUNKS) if swizzle else chunk
+
+
+def column_conflict_ways(chunk: int, swizzle: bool, rows: int = 8) -> int:
+    """The n of the n-way bank conflict when 8 threads read 16 bytes each of chunk `chunk` in `rows`
+    consecutive rows (one 8x8 matrix of ldmatrix / stmatrix): the most of those rows that land in one
+    bank group, each group serving one 16-byte access per cycle."""
+    groups = [swizzled_chunk(row, chunk, swizzle) for row in range(rows)]
+    return max(groups.count(group) for group in set(groups))

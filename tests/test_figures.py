@@ -79,3 +79,14 @@ def test_pairs_plot_shows_every_pair_its_median_and_both_clocks():
 def test_pairs_plot_without_pairs_says_so():
     fig = figures.pairs_plot([{"stage": "v5_fused", "dtype": "fp16", "m": 1, "n": 1, "k": 1, "x_cublas": 1.0}])
     assert any("no recorded pairs" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_swizzle_map_shades_one_column_without_the_swizzle_and_a_diagonal_with_it():
+    fig = figures.swizzle_map(highlight_chunk=0)
+    plain, swizzled = fig.axes
+    for ax, expected_groups, ways in ((plain, [0] * 8, "8-way bank conflict"), (swizzled, list(range(8)), "no bank conflict")):
+        cells = [p for p in ax.patches if isinstance(p, Rectangle)]
+        assert len(cells) == 64
+        shaded = sorted((p.get_y(), p.get_x()) for p in cells if p.get_facecolor()[:3] != (1.0, 1.0, 1.0))
+        assert [int(x) for _, x in shaded] == expected_groups
+        assert ways in ax.get_title()

@@ -73,3 +73,23 @@ def test_balanced_workers_keep_the_round_count_and_fill_every_round(tiles, slots
     assert model.balanced_workers(tiles, slots) == workers
     assert model.ceil_div(tiles, workers) == model.ceil_div(tiles, slots)  # no extra round
     assert workers <= slots
+
+
+def test_the_128_byte_swizzle_spreads_a_column_of_8_rows_over_8_bank_groups():
+    from deepgemm.model import SWIZZLE_ROW_CHUNKS, column_conflict_ways, swizzled_chunk
+
+    for row in range(16):  # a permutation of the row's chunks, the same every 8 rows
+        placed = [swizzled_chunk(row, chunk) for chunk in range(SWIZZLE_ROW_CHUNKS)]
+        assert sorted(placed) == list(range(SWIZZLE_ROW_CHUNKS))
+        assert placed == [swizzled_chunk(row + 8, chunk) for chunk in range(SWIZZLE_ROW_CHUNKS)]
+    for chunk in range(SWIZZLE_ROW_CHUNKS):
+        assert column_conflict_ways(chunk, swizzle=False) == 8
+        assert column_conflict_ways(chunk, swizzle=True) == 1
+
+
+def test_the_swizzle_model_is_the_formula_the_kernels_address_by():
+    """v5 writes its store boxes at row * 128 + (group ^ (row % 8)) * 16: the model's chunk ^ (row % 8)."""
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parent.parent / "stages" / "v5_fused" / "kernel.cu").read_text()
+    assert "box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16)" in source
