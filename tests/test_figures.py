@@ -84,7 +84,8 @@ def test_pairs_plot_without_pairs_says_so():
 def test_swizzle_map_shades_one_column_without_the_swizzle_and_a_diagonal_with_it():
     fig = figures.swizzle_map(highlight_chunk=0)
     plain, swizzled = fig.axes
-    for ax, expected_groups, ways in ((plain, [0] * 8, "8-way bank conflict"), (swizzled, list(range(8)), "no bank conflict")):
+    expected = ((plain, [0] * 8, "8-way bank conflict"), (swizzled, list(range(8)), "no bank conflict"))
+    for ax, expected_groups, ways in expected:
         cells = [p for p in ax.patches if isinstance(p, Rectangle)]
         assert len(cells) == 64
         shaded = sorted((p.get_y(), p.get_x()) for p in cells if p.get_facecolor()[:3] != (1.0, 1.0, 1.0))
