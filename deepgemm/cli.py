@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import cupy
 
@@ -113,12 +113,17 @@ def row_label(row: dict) -> str:
     return f"{row['stage']}{inputs} {row['dtype']} {row['m']}x{row['n']}x{row['k']}"
 
 
+def print_first_call(sections: dict, table: Callable = results.format_table) -> None:
+    """The call suite's first-call rows, where a record (or a run's extra sections) has them."""
+    if sections.get("first_call"):
+        print()
+        print(table(sections["first_call"], results.FIRST_CALL_COLUMNS))
+
+
 def print_record(name: str, rows: list[dict], extra: dict[str, list[dict]]) -> None:
     """A suite's rows in its columns, then its extra sections (the call suite's first call)."""
     print_rows(rows, columns=results.TABLE_COLUMNS.get(name, results.COLUMNS))
-    if extra.get("first_call"):
-        print()
-        print(results.format_table(extra["first_call"], results.FIRST_CALL_COLUMNS))
+    print_first_call(extra)
 
 
 def show_recorded_suite(name: str) -> int:
@@ -126,8 +131,7 @@ def show_recorded_suite(name: str) -> int:
     in the same run, where there are some."""
     columns = results.TABLE_COLUMNS.get(name)
     record = show_recorded(name, (lambda rows: [results.format_table(rows, columns)]) if columns else None)
-    if record.get("first_call"):
-        print(results.format_table(record["first_call"], results.FIRST_CALL_COLUMNS))
+    print_first_call(record)
     if name == "progression":
         pairs = results.load("pairs")
         if pairs["provenance"] == record["provenance"]:
@@ -172,9 +176,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.brief and args.name == "call":  # per dtype and shape, the 8 layouts and frameworks in one row
         rows, columns = tables.call_summary(rows), tables.CALL_SUMMARY_COLUMNS
     print(results.markdown_table(rows, columns))
-    if record.get("first_call"):
-        print()
-        print(results.markdown_table(record["first_call"], results.FIRST_CALL_COLUMNS))
+    print_first_call(record, results.markdown_table)
     return 0
 
 
