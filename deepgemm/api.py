@@ -62,10 +62,12 @@ def gemm(
     plan = _PLANS.get(key)
     if plan is None:
         options = {"activation": activation, "out_dtype": out_dtype, "config": config}
-        plan = make_plan(framework, a, b, bias, alpha, out, options)
+        plan, result = make_plan(framework, a, b, bias, alpha, out, options)
         if len(_PLANS) >= PLAN_CACHE_SIZE:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = plan
+        if result is not None:  # planning this call already computed it
+            return result
     return plan(a, b, bias, alpha, out)
 
 
@@ -100,17 +102,20 @@ def plan_key(
 
 def make_plan(
     framework: Cupy | Torch, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
-) -> Launched | Replanned:
-    """Check the call, compile and plan it; a `Launched` plan where the kernels read the operands in place."""
+) -> tuple[Launched | Replanned, Any]:
+    """Check the call, compile and plan it: a `Launched` plan where the kernels read the operands in place,
+    and None (the plan then makes the call); else a `Replanned` one, with this call's result, computed by
+    the launch just planned (its copies included), so that they are not made twice."""
     device = framework.meta(a)[3]
-    launch, _ = stage_launch(framework, device, a, b, bias, alpha, out, options)
+    launch, target = stage_launch(framework, device, a, b, bias, alpha, out, options)
     if not launch.in_place:
-        return Replanned(framework, device, options)
+        run_on_stream(framework, device, launch)
+        return Replanned(framework, device, options), target
     steps = [(RawLaunch(k.kernel.kernel.ptr, k.grid[0], k.block[0], k.shared_mem, k.args), k) for k in launch.launches]
     bias_in_place = bias is None or framework.is_float32_vector(framework.meta(bias))
     workspace = None if launch.workspace is None else launch.workspace.shape
     out_dtype = framework.framework_dtype(launch.out.dtype)
-    return Launched(framework, device, steps, launch.out.shape, out_dtype, bias_in_place, workspace)
+    return Launched(framework, device, steps, launch.out.shape, out_dtype, bias_in_place, workspace), None
 
 
 def stage_launch(
@@ -127,6 +132,12 @@ def stage_launch(
             problem = replace(problem, out=as_device_array(target, "out"))
         config = {"activation": options["activation"], "config": options["config"]}
         return stage.plan_problem(problem, bias=bias, alpha=alpha, **config), target
+
+
+def run_on_stream(framework: Cupy | Torch, device: int, launch: KernelLaunch | LaunchSequence) -> None:
+    """A stage's planned launch (CuPy's) on the caller's current stream of `device`."""
+    with cupy.cuda.Device(device), framework.on_stream(device):
+        launch()
 
 
 class Launched:
@@ -188,6 +199,5 @@ class Replanned:
     def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
         device = self.device if self.device is not None else as_device_array(a, "a").device.id
         launch, target = stage_launch(self.framework, device, a, b, bias, alpha, out, self.options)
-        with cupy.cuda.Device(device), self.framework.on_stream(device):
-            launch()
+        run_on_stream(self.framework, device, launch)
         return target

@@ -71,3 +71,24 @@ def test_host_arrays_get_the_usual_error_without_a_plan():
 
     with pytest.raises(TypeError, match=r"host numpy\.ndarray"):
         gemm(np.ones((4, 4), np.float16), np.ones((4, 4), np.float16))
+
+
+def test_a_call_that_copies_is_planned_and_launched_once_on_its_first_call(monkeypatch):
+    """Where the stage copies an operand, the first call's planned launch (its copies included) computes
+    that call; the plan kept replans later calls. Nothing is planned or launched twice."""
+    from deepgemm import api
+
+    planned, ran = [], []
+
+    def stage_launch(framework, device, a, b, bias, alpha, out, options):
+        planned.append(a)
+        return SimpleNamespace(in_place=False), f"result of {a}"
+
+    monkeypatch.setattr(api, "stage_launch", stage_launch)
+    monkeypatch.setattr(api, "run_on_stream", lambda framework, device, launch: ran.append(launch))
+    framework = SimpleNamespace(meta=lambda x: (None, None, None, 0))
+    plan, result = api.make_plan(framework, "a", "b", None, 1.0, None, {})
+    assert isinstance(plan, api.Replanned) and result == "result of a"
+    assert len(planned) == len(ran) == 1
+    assert plan("a2", "b", None, 1.0, None) == "result of a2"  # a later call: planned and launched anew
+    assert len(planned) == len(ran) == 2
