@@ -206,10 +206,8 @@ V5_MAIN_LOOP_MAX_INSTRUCTIONS = 56  # NVRTC: 49; 95 when the descriptors were re
 
 def _sass_loop_around(code: str, marker: str) -> list[str]:
     """The instructions of the innermost loop holding the first `marker`: from the target of the first
-    backward branch after it to that branch, within the function that holds the marker (each function's
-    addresses start at 0)."""
-    functions = re.split(r"\n\s*Function : ", code)
-    code = next(f for f in functions if marker in f)
+    backward branch after it to that branch, within gemm_kernel (each function's addresses start at 0)."""
+    code = function_sass(code, "gemm_kernel")
     lines = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*;)", code)]
     first = next(addr for addr, text in lines if marker in text)
     for addr, text in lines:

@@ -49,11 +49,11 @@ def test_recorded_ratios_agree_with_the_rates(progression):
 
 def _sass_of(source: str, defines: dict[str, int]) -> str:
     """The SASS of `gemm_kernel`, the kernel the records time, as a source compiles it (NVRTC, sm_90a)."""
+    from kernels import function_sass
+
     from deepgemm.jit import compile_source, disassemble
 
-    sass = disassemble(compile_source(source, defines).cubin)
-    functions = re.split(r"(?=\n\s*Function : )", sass)
-    gemm = next(f for f in functions if re.match(r"\s*Function : gemm_kernel\b", f))
+    gemm = function_sass(disassemble(compile_source(source, defines).cubin), "gemm_kernel")
     return "\n".join(" ".join(line.split()) for line in gemm.splitlines())  # cuobjdump pads to the widest line
 
 
