@@ -8,6 +8,9 @@ output in the caller's framework, re-points the tensor maps at this call's array
 caller's current stream: no checks, no DLPack, no CuPy launch. An operand TMA cannot read as it lies (a row
 stride that is not a multiple of 16 bytes) is copied by the stage on every call, so such a key's plan runs
 the stage's planning each time, copy included.
+
+A call without a config runs the one this GPU's autotune table holds for its problem, or else the
+heuristic's pick (`deepgemm.heuristic`): tile width, cluster, split-K and pipeline depth by shape.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import cupy
 from deepgemm import stages
 from deepgemm.config import GemmConfig
 from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, RawLaunch, check
-from deepgemm.dtypes import FLOAT32
+from deepgemm.dtypes import FLOAT32, dtype_name
 from deepgemm.frameworks import Cupy, Torch, framework_of
+from deepgemm.heuristic import pick_config
 from deepgemm.launch import KernelLaunch, LaunchSequence
-from deepgemm.operands import as_device_array, check_problem, require_gpu
+from deepgemm.operands import Problem, as_device_array, check_problem, require_gpu
+from deepgemm.tma import read_in_place
 
 LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
 PLAN_CACHE_SIZE = 1024  # plans kept, the oldest dropped first; a model has a few dozen shapes
@@ -130,8 +135,27 @@ def stage_launch(
         if out is None:  # allocated by the caller's framework; problem.out was only the checks' CuPy stand-in
             target = framework.empty(problem.out.shape, framework.framework_dtype(problem.out.dtype), a)
             problem = replace(problem, out=as_device_array(target, "out"))
-        config = {"activation": options["activation"], "config": options["config"]}
-        return stage.plan_problem(problem, bias=bias, alpha=alpha, **config), target
+        config = options["config"] or chosen_config(problem, device)[0]
+        launch = stage.plan_problem(problem, bias=bias, alpha=alpha, activation=options["activation"], config=config)
+        return launch, target
+
+
+def chosen_config(problem: Problem, device: int) -> tuple[GemmConfig, str]:
+    """The config a call without one runs: this GPU's autotune table entry for the problem, else the
+    cost model's pick (`heuristic.pick_config`); and which of the two it is."""
+    props = cupy.cuda.runtime.getDeviceProperties(device)
+    found = read_in_place(problem.b.T, mn_major_ok=True)
+    b_mn_major = found is not None and found[1]
+    gpu, sm_count = props["name"].decode(), props["multiProcessorCount"]
+    return pick_config(problem.m, problem.n, problem.k, dtype_name(problem.a.dtype), gpu, sm_count, b_mn_major)
+
+
+def config_of(a: Any, b: Any, **options: Any) -> tuple[GemmConfig, str]:
+    """The config `gemm(a, b, **options)` runs and where it came from ("table", "heuristic" or "caller")."""
+    if options.get("config") is not None:
+        return options["config"], "caller"
+    problem = check_problem(as_device_array(a, "a"), as_device_array(b, "b"), None, out_dtype=options.get("out_dtype"))
+    return chosen_config(problem, problem.a.device.id)
 
 
 def run_on_stream(framework: Cupy | Torch, device: int, launch: KernelLaunch | LaunchSequence) -> None:

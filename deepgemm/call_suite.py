@@ -18,8 +18,11 @@ from itertools import product
 from typing import Any
 
 import deepgemm
+from deepgemm.api import config_of
+from deepgemm.autotune import TUNED_LAYOUT
 from deepgemm.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
-from deepgemm.timing import host_us_per_call
+from deepgemm.heuristic import config_name
+from deepgemm.timing import device_us_per_call, host_us_per_call
 
 FRAMEWORKS = ("torch", "cupy")
 LAYOUT_PAIRS = tuple(product(A_LAYOUTS, B_LAYOUTS))
@@ -129,3 +132,56 @@ def bench_call(
         rows.append(time_call(work, framework, a_layout, b_layout, settle_s=settle_s, torch_first=i % 2 == 1))
         _log_call_row(rows[-1], log)
     return rows
+
+
+# The shape table (`bench --suite shapes`): M from 1 to 8192 at N = K = 4096; the layers of a Llama-3-8B
+# block and DeepSeek-V3's as DeepGEMM benchmarks them, (N, K), each at M = 1, 128 and 4096; and three
+# awkward shapes (K not a multiple of 8 elements: the copy path).
+M_SWEEP = (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+MODEL_LAYERS = {
+    "llama3-8b": ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)),
+    "deepseek-v3": ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048)),
+}
+LAYER_MS = (1, 128, 4096)
+AWKWARD = ((4097, 4097, 4097), (3000, 5000, 700), (2048, 2048, 2048))
+
+
+def shape_table() -> list[tuple[int, int, int]]:
+    """The shape table's problems, each once, in the order above."""
+    found = [(m, 4096, 4096) for m in M_SWEEP]
+    found += [(m, n, k) for layers in MODEL_LAYERS.values() for n, k in layers for m in LAYER_MS]
+    found += list(AWKWARD)
+    return list(dict.fromkeys(found))
+
+
+SHAPE_TABLE = ",".join("x".join(map(str, shape)) for shape in shape_table())
+SHAPE_LAYOUT = TUNED_LAYOUT  # the layout the autotune table was measured in
+HBM_GBS = 4800.0  # the H200's datasheet bandwidth
+
+
+def bench_shape_call(
+    m: int, n: int, k: int, dtype_name: str, *, settle_s: float = SETTLE_S, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """One row of the shape table: `deepgemm.gemm` on torch tensors beside `torch.matmul`, verified, timed
+    per call (`call_us`, as a caller sees it) and on the GPU alone (`device_us`, the host hidden), with the
+    config the call chose and where from (autotune table or heuristic); at M = 1 the bandwidth."""
+    torch = require_torch()
+    work = Workload.make(m, n, k, dtype_name).in_layout(*SHAPE_LAYOUT)
+    row = time_call(work, "torch", *SHAPE_LAYOUT, settle_s=settle_s, torch_first=False)
+    gemm_sets, torch_sets = operand_sets(work, "torch", torch)
+    row["device_us"] = device_us_per_call([partial(deepgemm.gemm, a, b) for a, b in gemm_sets])
+    row["torch_device_us"] = device_us_per_call([partial(torch.matmul, a, b) for a, b in torch_sets])
+    row["x_torch_device"] = row["torch_device_us"] / row["device_us"]
+    config, source = config_of(*gemm_sets[0])
+    row.update(config=config_name(config), config_source=source)
+    if m == 1:
+        moved = (m * k + n * k + m * n) * work.problems[0][0].itemsize
+        row["gbs"] = moved / (row["call_us"] * 1e3)
+        row["device_gbs"] = moved / (row["device_us"] * 1e3)
+        row["pct_hbm_device"] = 100 * row["device_gbs"] / HBM_GBS
+    log(
+        f"  {dtype_name} {m}x{n}x{k} {row['config']} ({source}): call {row['call_us']:8.1f} us"
+        f" (torch {row['torch_us']:8.1f}) x {row['x_torch']:5.2f}; GPU {row['device_us']:8.1f}"
+        f" (torch {row['torch_device_us']:8.1f}) x {row['x_torch_device']:5.2f}  {'ok' if row['passed'] else 'FAILED'}"
+    )
+    return [row]

@@ -1,4 +1,4 @@
-"""Command line: `python -m deepgemm bench | table | info | profile | run-once | stability | diff`.
+"""Command line: `python -m deepgemm bench | autotune | table | info | profile | run-once | stability | diff`.
 
 The hardware probes and the v5 sweeps are `python -m lab`; a stage runs alone as `python -m stages.<stage>`.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import cupy
 
-from deepgemm import bench, call_suite, first_call, results, stability, stages, tables
+from deepgemm import autotune, bench, call_suite, first_call, results, stability, stages, tables
 from deepgemm.check import random_problem
 from deepgemm.config import GemmConfig
 from deepgemm.diff import kernel_diff
@@ -37,12 +37,14 @@ SUITES = {
     "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
     "call": "deepgemm.gemm per call beside torch.matmul: torch and CuPy inputs, four layouts, host us per call, "
     "and the first call in a fresh process (cold and warm CuPy cache)",
-    "shapes": "v5 and cuBLAS at the shapes given (notebook 07 sweeps M at N = K = 4096)",
+    "shapes": "the shape table: deepgemm.gemm beside torch.matmul per call and on the GPU alone (notebook 07)",
 }
 RASTER = ("v4_pipeline_swizzle", "GROUP_M", (8, 1))  # the raster suite: stage, knob, settings (default first)
 PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cuBLAS (`--pairs`)
-SUITE_SHAPES = {"call": call_suite.DEFAULT_SHAPES}  # where neither --shapes nor --m/--n/--k is given
-SUITE_SETTLE_S = {"call": call_suite.SETTLE_S}  # where --settle is not given; DEFAULT_SETTLE_S elsewhere
+# A suite's shapes where neither --shapes nor --m/--n/--k is given, and its --settle where that is not given
+# (DEFAULT_SETTLE_S for the others).
+SUITE_SHAPES = {"call": call_suite.DEFAULT_SHAPES, "shapes": call_suite.SHAPE_TABLE}
+SUITE_SETTLE_S = {"call": call_suite.SETTLE_S, "shapes": call_suite.SETTLE_S}
 
 
 def run_suite(
@@ -61,7 +63,7 @@ def run_suite(
     if suite == "call":
         return call_suite.bench_call(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "shapes":
-        return bench.bench_shape([PAIRED_STAGE], m, n, k, dtype, settle_s=settle, log=log)
+        return call_suite.bench_shape_call(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "pairs":
         return bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, settle_s=settle, log=log)
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
@@ -164,6 +166,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_autotune(args: argparse.Namespace) -> int:
+    """Time the candidate configs per shape and dtype (`deepgemm.autotune`); with --record, merge the best into
+    results/<gpu>/autotune.json (rows of other shapes and dtypes kept, this run's provenance added)."""
+    if not gpu_available():
+        record = results.load(autotune.TABLE_NAME, command="python -m deepgemm autotune --record")
+        print(results.recorded_banner(record["provenance"]))
+        print(results.format_table(record["rows"], AUTOTUNE_COLUMNS))
+        return 0
+    rows = autotune.tune(problems(args, call_suite.SHAPE_TABLE), log=log)
+    print(results.format_table(rows, AUTOTUNE_COLUMNS))
+    if args.record:
+        path = autotune.record(rows, results.provenance())
+        print(f"recorded {len(rows)} rows in {path}")
+    return 0
+
+
+AUTOTUNE_COLUMNS = (
+    ("dtype", "dtype", 0),
+    ("m", "M", 0),
+    ("n", "N", 0),
+    ("k", "K", 0),
+    ("name", "config", 0),
+    ("us", "GPU us per call", 1),
+)
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     """A record as a Markdown table: the stage READMEs' (all columns), or with `--brief` the top README's
     (for the call suite, `tables.call_summary`)."""
@@ -264,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_problem_args(bench_cmd, settle=None)
     bench_cmd.set_defaults(run=cmd_bench)
+    tune = sub.add_parser("autotune", help="time v5's candidate configs per shape: the table deepgemm.gemm reads")
+    tune.add_argument("--record", action="store_true", help="merge into results/<gpu>/autotune.json")
+    add_problem_args(tune)
+    tune.set_defaults(run=cmd_autotune)
     table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")
     table.add_argument("--name", default="progression")
     table.add_argument("--stage", default=None, help="only this stage's rows and cuBLAS's beside them")

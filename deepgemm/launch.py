@@ -202,6 +202,16 @@ def tma_gemm_launch(
     block_m, block_n, box_k = cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cfg.value("BOX_K")
     # A cluster's CTAs each load block_m / cluster_n rows of A and block_n / cluster_m rows of B.
     cluster_m, cluster_n = cfg.extra.get("CLUSTER_M", 1), cfg.extra.get("CLUSTER_N", 1)
+    span = swizzle_bytes // problem.a.itemsize
+    for name, mn_major, rows, ratio in (
+        ("A", a_mn, block_m // cluster_n, "BLOCK_M / CLUSTER_N"),
+        ("B", b_mn, block_n // cluster_m, "BLOCK_N / CLUSTER_M"),
+    ):
+        if mn_major and rows % span:
+            raise ValueError(
+                f"an MN-major {name} arrives in {span}-wide boxes, and each CTA loads {rows} of its rows: "
+                f"pass it K-major, or make {ratio} a multiple of {span}"
+            )
     tma_a = operand_map(a_x, a_mn, block_m // cluster_n, box_k, swizzle_bytes)
     tma_b = operand_map(b_x, b_mn, block_n // cluster_m, box_k, swizzle_bytes)
     layout = {"A_MN_MAJOR": int(a_mn), "B_MN_MAJOR": int(b_mn)} if mn_major_ok else {}

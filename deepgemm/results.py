@@ -275,4 +275,18 @@ FIRST_CALL_COLUMNS = (  # the call suite's first call in a fresh process, with C
     ("first_call_s", "first call, s", 3),
     ("nvrtc_compiles", "NVRTC compiles", 0),
 )
-TABLE_COLUMNS = {"call": CALL_COLUMNS}  # records whose rows need other columns than MARKDOWN_COLUMNS
+SHAPE_COLUMNS = (  # the shape table: the call per call and on the GPU alone, beside torch.matmul
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("config", "config", 0),
+    ("config_source", "from", 0),
+    ("call_us", "µs per call", 1),
+    ("torch_us", "torch µs", 1),
+    ("x_torch", "x torch", 2),
+    ("device_us", "GPU µs", 1),
+    ("torch_device_us", "torch GPU µs", 1),
+    ("x_torch_device", "x torch (GPU)", 2),
+    ("device_gbs", "GPU GB/s (M = 1)", 0),
+)
+# Records whose rows need other columns than MARKDOWN_COLUMNS.
+TABLE_COLUMNS = {"call": CALL_COLUMNS, "shapes": SHAPE_COLUMNS}

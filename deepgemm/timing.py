@@ -3,7 +3,8 @@
 The H200 is power-bound (under GEMMs it holds its 700 W limit by lowering the SM clock from 1980 MHz to
 about 1500), so NVML samples the SM clock, the board power and the power-cap flag while each batch runs,
 every row reports them, and TFLOP/s is also given as a percentage of the peak at the clock measured.
-What a call costs the host is timed apart, on the wall clock: calls issued without waiting for the GPU.
+What a call costs the host is timed apart, on the wall clock: calls issued without waiting for the GPU;
+and what it costs the GPU alone, with the launch queue held full (`device_us_per_call`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import cupy
+import numpy as np
 
 PEAK_TFLOPS = 989.4  # dense FP16/BF16 tensor peak of the H100/H200 SXM datasheet
 PEAK_CLOCK_MHZ = 1830.0  # the clock that peak assumes: 132 SMs x 4096 FLOP per clock
@@ -194,6 +197,59 @@ def host_us_per_call(
         best = min(best, clock() - start)
         sync()
     return 1e6 * best / calls
+
+
+HOLD_SOURCE = r"""
+extern "C" __global__ void hold_stream(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+DEVICE_CALLS = 50  # calls per timed batch (split-K's are two launches each: well inside the launch queue)
+DEVICE_REPEATS = 7
+MIN_HOLD_US = 2000.0
+
+
+@cache
+def _hold_kernel() -> cupy.RawKernel:
+    return cupy.RawKernel(HOLD_SOURCE, "hold_stream")
+
+
+def hold_stream(us: float) -> None:
+    """Keep the current stream busy for `us` microseconds (one thread spinning on the global timer)."""
+    _hold_kernel()((1,), (1,), (np.uint64(int(us * 1e3)),))
+
+
+def device_us_per_call(
+    launches: Sequence[Callable[[], object]], *, calls: int = DEVICE_CALLS, repeats: int = DEVICE_REPEATS
+) -> float:
+    """GPU µs per call, the host's time hidden: the stream is held busy while the host queues `calls` calls
+    (rotating over `launches`), so they run back to back however long the host takes to issue them. The
+    median of `repeats`; a batch whose queueing outlasted the hold is timed again with a longer hold.
+
+    Per call, `time_launches` measures the longer of the host's time and the GPU's; this measures the GPU's
+    alone (each launch's own start-up on the GPU included), what a caller gets when the host runs ahead,
+    as it does in a model whose GPU work is queued in advance or captured in a CUDA graph."""
+    for launch in launches:
+        launch()
+    synchronize()
+    hold_us, times = MIN_HOLD_US, []
+    while len(times) < repeats:
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        hold_stream(hold_us)
+        start.record()
+        began = time.perf_counter()
+        for i in range(calls):
+            launches[i % len(launches)]()
+        queued_us = 1e6 * (time.perf_counter() - began)
+        end.record()
+        end.synchronize()
+        if queued_us > 0.8 * hold_us:  # the GPU may have caught up with the host: hold longer, time again
+            hold_us = 2 * queued_us
+            continue
+        times.append(1e3 * cupy.cuda.get_elapsed_time(start, end) / calls)
+    return float(statistics.median(times))
 
 
 def settle(seconds: float) -> None:

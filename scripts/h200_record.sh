@@ -13,7 +13,9 @@
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, the lab's v5_group_m sweep
 #   scripts/h200_record.sh coalescer  the lab's L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
 #   scripts/h200_record.sh gpc      the lab's map of where v5's clusters land (gpc_placement.json), then the GPU tests
-#   scripts/h200_record.sh shapes   v5 and cuBLAS from M = 1 to 8192 at N = K = 4096, FP16 (shapes.json)
+#   scripts/h200_record.sh autotune the autotune table at the shape table's shapes (autotune.json; DTYPE=fp16,
+#                                   bf16 or both)
+#   scripts/h200_record.sh shapes   the shape table: deepgemm.gemm beside torch.matmul (shapes.json; DTYPE as above)
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
 #   scripts/h200_record.sh kernels  every kernel deepgemm.gemm launches, first call included, under Nsight Compute
 #                                   (gemm_kernels.txt)
@@ -50,7 +52,9 @@ elif [ "$part" = gpc ]; then
   timeout 120 python3 -m lab gpc --record 2>&1 | tail -6
   gpu_tests
 elif [ "$part" = shapes ]; then
-  python3 -m deepgemm bench --suite shapes --shapes 1x4096x4096,16x4096x4096,64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,768x4096x4096,1024x4096x4096,2048x4096x4096,3072x4096x4096,4096x4096x4096,6144x4096x4096,8192x4096x4096 --dtype fp16 --record 2>&1 | tail -30
+  timeout 560 python3 -m deepgemm bench --suite shapes --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
+elif [ "$part" = autotune ]; then
+  timeout 560 python3 -m deepgemm autotune --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
 elif [ "$part" = stability ]; then
   timeout 300 python3 -m deepgemm stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
 elif [ "$part" = kernels ]; then

@@ -261,6 +261,47 @@ def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
         launcher.plan(a, b, config=GemmConfig(extra={"SPLIT_K": 20}))
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
+    """[7] BLOCK_N 64, 128, 192 and 256, each with clusters of one and two along M, without and with
+    split-K (3 slices: uneven), at tails in every dimension and M = 1; b in both layouts wherever the
+    layout allows the tile (an MN-major B's part per CTA is whole 64-wide boxes); every pipeline depth
+    the heuristic gives the width."""
+    from deepgemm.check import random_problem
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import max_stages
+
+    launcher = _stage_or_skip("v5_fused")
+    failures = []
+    for block_n in (64, 128, 192, 256):
+        for cluster_m in (1, 2):
+            for split in (1, 3):
+                extra = {"CLUSTER_M": cluster_m, "SPLIT_K": split}
+                config = GemmConfig(block_n=block_n, num_stages=max_stages(block_n), extra=extra)
+                for i, (m, n, k) in enumerate(((1, 520, 1000), (129, 1000, 520), (300, 700, 1000))):
+                    a, b = random_problem(m, n, k, input_dtype(dtype), seed=900 + i)
+                    layouts = [b.T.copy().T] + ([b] if (block_n // cluster_m) % 64 == 0 else [])  # K-, MN-major
+                    for b_in in layouts:
+                        stats = _check(launcher, a, b_in, config=config)
+                        if not stats.passed:
+                            major = "MN" if b_in.strides[1] == b_in.itemsize else "K"
+                            failures.append(f"{m}x{n}x{k} {major}-major b {config}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+def test_v5_refuses_an_mn_major_b_split_across_partial_boxes():
+    """An MN-major B arrives in 64-wide boxes: BLOCK_N 64 in clusters of two would give each CTA half a box."""
+    from deepgemm.check import random_problem
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT16
+
+    launcher = _stage_or_skip("v5_fused")
+    a, b = random_problem(256, 512, 128, FLOAT16, seed=3)
+    with pytest.raises(ValueError, match="MN-major B"):
+        launcher.plan(a, b, config=GemmConfig(block_n=64, extra={"CLUSTER_M": 2}))  # b row-major: MN-major
+
+
 def test_library_call_on_cupy_returns_cupy():
     import cupy
 

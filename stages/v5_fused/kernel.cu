@@ -75,7 +75,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #define BLOCK_M 128    // 2 consumer warpgroups x the 64 rows of one wgmma m64
 #endif
 #ifndef BLOCK_N
-#define BLOCK_N 256    // the N of wgmma m64n256k16: 128 fp32 accumulators per consumer thread (or 128)
+#define BLOCK_N 256    // the N of wgmma m64nNk16: N / 2 fp32 accumulators per consumer thread; [7] 64 to 256
 #endif
 #ifndef BLOCK_K
 #define BLOCK_K 64     // 64 fp16 = 128 bytes: exactly one 128B-swizzle row; 4 wgmma k16 steps
@@ -142,7 +142,7 @@ static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 CTAs per side");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
-static_assert(BLOCK_N == 128 || BLOCK_N == 256, "the consumers issue wgmma m64n128k16 or m64n256k16");
+static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "[7] wgmma m64nNk16, N = BLOCK_N, in whole 64-column store chunks");
 static_assert(SPLIT_K == 1 || (OUT_DTYPE == 2 && HAS_BIAS == 0 && ACTIVATION == 0),
               "[6] split-K partials are plain fp32 sums: splitk_reduce_kernel applies the epilogue");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
@@ -367,29 +367,29 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
 }
 
-// wgmma's accumulator operands: "+f" constraints for d[i] .. d[i + 7], and their asm names %0 .. %127.
+// wgmma's accumulator operands: "+f" constraints for d[i] .. d[i + 31], and their asm names %0 .. %127
+// in blocks of 32 (one block per 64 columns of N).
 #define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                     "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WGMMA_D64(i) WGMMA_D8(i), WGMMA_D8(i + 8), WGMMA_D8(i + 16), WGMMA_D8(i + 24), \
-                     WGMMA_D8(i + 32), WGMMA_D8(i + 40), WGMMA_D8(i + 48), WGMMA_D8(i + 56)
-#define WGMMA_REGS_0_63 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, " \
-    "%56, %57, %58, %59, %60, %61, %62, %63"
-#define WGMMA_REGS_64_127 \
-    "%64, %65, %66, %67, %68, %69, %70, %71, " \
-    "%72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, " \
-    "%88, %89, %90, %91, %92, %93, %94, %95, " \
-    "%96, %97, %98, %99, %100, %101, %102, %103, " \
-    "%104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, " \
-    "%120, %121, %122, %123, %124, %125, %126, %127"
+#define WGMMA_D32(i) WGMMA_D8(i), WGMMA_D8(i + 8), WGMMA_D8(i + 16), WGMMA_D8(i + 24)
+#define WGMMA_REGS_0_31 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WGMMA_REGS_32_63 \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WGMMA_REGS_64_95 \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WGMMA_REGS_96_127 \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// One wgmma of shape m64nNk16: the N / 2 accumulators, then the descriptors, scale-d and the transpose
+// bits, numbered on from the accumulators (%N/2 is desc_a).
+#define WGMMA_ASM(SHAPE, REGS, A, B, D, TA, TB)                                                          \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %" D ", 0;\n"                                                   \
+    "wgmma.mma_async.sync.aligned." SHAPE ".f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "                   \
+    "{" REGS "}, %" A ", %" B ", p, 1, 1, %" TA ", %" TB ";\n}\n"
 
 // D(64xN, fp32) += A(64x16) * B(16xN), A and B read from shared memory through their descriptors,
 // imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0. [5] TRANS_A / TRANS_B are imm-trans-a / -b:
@@ -397,22 +397,30 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
 // Accumulator fragment, thread t of the warpgroup, warp w = t / 32, lane l = t % 32, j = 0 .. N/8 - 1:
 //   d[4j+0] = D(16w + l/4,     8j + 2(l%4))     d[4j+1] = D(16w + l/4,     8j + 2(l%4) + 1)
 //   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
-// So n128's fragment is the first half of n256's: d may be either half of a 128-column accumulator array.
+// So a narrower N's fragment is the first part of a wider one's: the epilogue indexes them alike.
+// [7] N is BLOCK_N: 64, 128, 192 or 256 (wgmma allows any multiple of 8 up to 256; the epilogue stores
+// 64-column chunks).
 template <int N, int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc_a, unsigned long long desc_b,
                                                int scale_d) {
-    static_assert(N == 128 || N == 256, "the instruction shapes this kernel issues");
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "the instruction shapes this kernel issues");
     if constexpr (N == 256) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
-                     "{" WGMMA_REGS_0_63 ", " WGMMA_REGS_64_127 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
-                     : WGMMA_D64(0), WGMMA_D64(64)
+        asm volatile(WGMMA_ASM("m64n256k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95
+                               ", " WGMMA_REGS_96_127, "128", "129", "130", "131", "132")
+                     : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64), WGMMA_D32(96)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 192) {
+        asm volatile(WGMMA_ASM("m64n192k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95,
+                               "96", "97", "98", "99", "100")
+                     : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 128) {
+        asm volatile(WGMMA_ASM("m64n128k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63, "64", "65", "66", "67", "68")
+                     : WGMMA_D32(0), WGMMA_D32(32)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
     } else {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
-                     "{" WGMMA_REGS_0_63 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
-                     : WGMMA_D64(0)
+        asm volatile(WGMMA_ASM("m64n64k16", WGMMA_REGS_0_31, "32", "33", "34", "35", "36")
+                     : WGMMA_D32(0)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
     }
 }
@@ -555,7 +563,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
     const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
-    const int slice_rows = cluster_rows * CLUSTER_M * BLOCK_M;  // [6] every CTA's rows, the padding included
+    const int slice_cols = cluster_cols * CLUSTER_N * BLOCK_N;  // [6] every CTA's columns, the padding included
     const int warpgroup = threadIdx.x / 128;
 
     // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
@@ -693,8 +701,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
             // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
             // one lane stores the box with TMA and the warp moves on without waiting for it.
-            // [6] Slice s of a split-K partial lands s * slice_rows rows down the workspace C maps.
-            const int warp_row0 = unit.slice * slice_rows + tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+            // [6] Slice s of a split-K partial lands s * slice_cols columns along the workspace C maps
+            // (M rows: a tile's rows past M are clipped, not written).
+            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
             constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
 #pragma unroll
             for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
@@ -747,7 +756,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
                 __syncwarp();
                 if (lane == 0) {
-                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
+                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS + unit.slice * slice_cols, warp_row0);
                     bulk_commit_group();
                 }
             }
@@ -764,9 +773,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 
 // ---------------------------------------------------------------------------------------------------
 // [6] The split-K reduction: out = act(alpha * (P_0 + P_1 + ... + P_{SLICES-1}) + bias[col]), P_s the fp32
-// partial of slice s, rows s * slice_rows onwards in the workspace. The slices are added in index order,
+// partial of slice s, columns s * slice_cols onwards in the workspace. The slices are added in index order,
 // whichever finished first, so that the sum rounds the same way on every run. A thread takes 4 neighbouring
-// columns of one row as one 16-byte load per slice (the launcher pads the workspace's rows to 4 floats); it
+// columns of one row as one 16-byte load per slice (slice_cols is a multiple of BLOCK_N, so aligned); it
 // is memory-bound: 4 x SLICES bytes read per element and one out_t written.
 // ---------------------------------------------------------------------------------------------------
 
@@ -785,7 +794,7 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 
 extern "C" __global__ void __launch_bounds__(REDUCE_THREADS)
 splitk_reduce_kernel(const float* __restrict__ partials, out_t* __restrict__ out, const float* bias, float alpha,
-                     int M, int N, int slices, int slice_rows, int ld_partials, int ld_out)
+                     int M, int N, int slices, int slice_cols, int ld_partials, int ld_out)
 {
     const int quads = (N + 3) / 4;
     for (long long i = blockIdx.x * (long long)REDUCE_THREADS + threadIdx.x; i < (long long)M * quads;
@@ -793,7 +802,7 @@ splitk_reduce_kernel(const float* __restrict__ partials, out_t* __restrict__ out
         const int row = (int)(i / quads), col = 4 * (int)(i % quads);
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int s = 0; s < slices; ++s) {
-            const float4 p = *reinterpret_cast<const float4*>(partials + ((long long)s * slice_rows + row) * ld_partials + col);
+            const float4 p = *reinterpret_cast<const float4*>(partials + (long long)row * ld_partials + s * slice_cols + col);
             sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
         }
         const float v[4] = {sum.x, sum.y, sum.z, sum.w};

@@ -19,7 +19,7 @@ from deepgemm.dtypes import FLOAT32, dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.jit import get_kernel
 from deepgemm.launch import KernelLaunch, LaunchSequence, device_limits, tma_gemm_launch
-from deepgemm.model import ceil_div, cluster_rows, round_up
+from deepgemm.model import ceil_div, cluster_rows
 from deepgemm.operands import Problem, bias_vector, check_problem, leading_dim, require_gpu
 
 STAGE = "v5_fused"
@@ -55,7 +55,7 @@ def epilogue_defines(has_bias: bool, activation: str | None, out_dtype: np.dtype
 
 def check_config(cfg: GemmConfig) -> None:
     """The tile and cluster the kernel is written for: ValueError names the knob and why."""
-    require_wgmma_tile(cfg, block_n=(128, 256))
+    require_wgmma_tile(cfg, block_n=(64, 128, 192, 256))
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
     require_in(cfg, "CLUSTER_N", (1, 2), "CTAs per cluster sharing A through TMA multicast")
     split = cfg.value("SPLIT_K")
@@ -119,13 +119,13 @@ def plan_problem(
 def split_k_launch(
     p: Problem, cfg: GemmConfig, epilogue: dict[str, int], bias_arg: Any, alpha: np.float32, keep_alive: tuple
 ) -> LaunchSequence:
-    """[6] gemm_kernel writes each slice's fp32 partial into a workspace (a block of rows per slice, each
-    padded to the cluster tiles and to 16-byte rows), then splitk_reduce_kernel adds the slices in order."""
-    split, block_m = cfg.value("SPLIT_K"), cfg.value("BLOCK_M")
+    """[6] gemm_kernel writes each slice's fp32 partial into a workspace of M rows, the slices side by side
+    (each as wide as the cluster tiles' columns, so no tile spills into the next slice; rows past M are
+    clipped), then splitk_reduce_kernel adds the slices in order."""
+    split, block_n, cluster_n = cfg.value("SPLIT_K"), cfg.value("BLOCK_N"), cfg.value("CLUSTER_N")
     check_split(split, p.k, cfg.value("BLOCK_K"))
-    slice_rows = cluster_rows(p.m, block_m, cfg.value("CLUSTER_M")) * cfg.value("CLUSTER_M") * block_m
-    ld = round_up(p.n, 4)
-    workspace = cupy.empty((split * slice_rows, ld), dtype=FLOAT32)
+    slice_cols = cluster_rows(p.n, block_n, cluster_n) * cluster_n * block_n
+    workspace = cupy.empty((p.m, split * slice_cols), dtype=FLOAT32)
     partials = tma_gemm_launch(
         STAGE,
         p,
@@ -135,7 +135,7 @@ def split_k_launch(
         mn_major_ok=True,
         epilogue_args=(np.uint64(0), np.float32(1.0)),
         epilogue_defines=PARTIALS,
-        store=workspace[:, : p.n],
+        store=workspace,
         units_per_tile=split,
     )
     partials.slots = PARTIAL_SLOTS
@@ -143,7 +143,7 @@ def split_k_launch(
     quads = p.m * ceil_div(p.n, 4)
     sms = device_limits(p.out.device.id)["sm_count"]
     grid = min(ceil_div(quads, REDUCE_THREADS), REDUCE_BLOCKS_PER_SM * sms)
-    sizes = (np.int32(v) for v in (p.m, p.n, split, slice_rows, ld, leading_dim(p.out)))
+    sizes = (np.int32(v) for v in (p.m, p.n, split, slice_cols, split * slice_cols, leading_dim(p.out)))
     reduce = KernelLaunch(
         get_kernel(STAGE, reduce_defines, REDUCE_KERNEL),
         (grid,),

@@ -1,0 +1,101 @@
+"""The autotune table: measured best v5 configurations per GPU, dtype and shape, and the run that makes it.
+
+`python -m deepgemm autotune --shapes ... --dtype both --record` takes the cost model's cheapest candidates
+(`heuristic.candidates`) and v5's default for each shape, verifies each against the float64 reference on
+NaN-poisoned output, times the ones that pass (`timing.device_us_per_call`: GPU time per call with the
+launch queue held full, so that the host's time per call does not hide the kernels'), and writes
+results/<gpu>/autotune.json. `deepgemm.gemm` without a config looks its problem up there first
+(`heuristic.pick_config`) and falls back to the model's pick.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import cupy
+
+from deepgemm import heuristic, results
+from deepgemm.bench import Workload
+from deepgemm.check import verify
+from deepgemm.config import GemmConfig
+from deepgemm.heuristic import TABLE_NAME, config_fields, config_name, table
+from deepgemm.stages import load
+from deepgemm.timing import device_us_per_call
+
+CANDIDATES = 6  # the model's cheapest, timed; v5's default is timed besides
+TUNED_LAYOUT = ("mk", "nk")  # x (M, K) and a weight stored (N, K), as torch.nn.functional.linear has them
+
+
+def candidate_configs(m: int, n: int, k: int, sm_count: int, count: int = CANDIDATES) -> dict[str, GemmConfig]:
+    """The configurations autotune times: the model's `count` cheapest and v5's default, by name."""
+    default = GemmConfig().merged_over(load("v5_fused").DEFAULTS)
+    picked = [c.config() for c in heuristic.candidates(m, n, k, sm_count)[:count]]
+    return {config_name(cfg): cfg for cfg in [*picked, default]}
+
+
+def tune_shape(
+    m: int, n: int, k: int, dtype_name: str, *, log: Callable[[str], None] = print, progress: Any = None
+) -> dict[str, Any]:
+    """Verify and time every candidate at one shape and dtype: the table's row, with every candidate's time."""
+    v5 = load("v5_fused")
+    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
+    timed = []
+    for name, cfg in candidate_configs(m, n, k, sm_count).items():
+        try:
+            launches = [v5.plan(a, b, config=cfg) for a, b in work.problems]
+        except ValueError as error:  # a config this problem cannot take (too many slices of a short K)
+            timed.append({"name": name, "config": config_fields(cfg), "passed": False, "error": str(error)})
+            continue
+        stats = verify(launches[0], work.expected, launches[0].out)
+        entry = {"name": name, "config": config_fields(cfg), "passed": stats.passed}
+        if stats.passed:
+            entry["us"] = device_us_per_call(launches)
+        timed.append(entry)
+        if progress is not None:
+            progress(name, entry)
+    passed = [e for e in timed if e["passed"]]
+    if not passed:
+        raise RuntimeError(f"no candidate passed verification at {m}x{n}x{k} {dtype_name}")
+    best = min(passed, key=lambda e: e["us"])
+    log(f"  {dtype_name} {m}x{n}x{k}: {best['name']} {best['us']:.1f} us (of {len(timed)} candidates)")
+    return {"dtype": dtype_name, "m": m, "n": n, "k": k, "config": best["config"], "name": best["name"],
+            "us": best["us"], "candidates": timed}  # fmt: skip
+
+
+def tune(
+    problems: Sequence[tuple[tuple[int, int, int], str]], *, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """`tune_shape` for every (shape, dtype), with a progress bar on stderr."""
+    rows = []
+    total = len(problems)
+    for i, ((m, n, k), dtype_name) in enumerate(problems):
+        label = f"{i + 1}/{total} {m}x{n}x{k} {dtype_name}"
+
+        def progress(name: str, entry: dict[str, Any], label: str = label, done: int = 30 * (i + 1) // total) -> None:
+            verdict = f"{entry['us']:8.1f} us" if entry["passed"] else "   FAILED  "
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {label} {name:<16} {verdict}")
+            sys.stderr.flush()
+
+        rows.append(tune_shape(m, n, k, dtype_name, log=log, progress=progress))
+    sys.stderr.write("\n")
+    return rows
+
+
+def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:
+    """Merge `rows` into results/<gpu>/autotune.json: a row per (dtype, m, n, k), this run's replacing an
+    older one; "runs" keeps every run's provenance, "provenance" the latest."""
+    directory = results.gpu_directory(prov["gpu"])
+    path = directory / f"{TABLE_NAME}.json"
+    old = json.loads(path.read_text()) if path.is_file() else {"rows": [], "runs": []}
+    key = lambda r: (r["dtype"], r["m"], r["n"], r["k"])  # noqa: E731
+    new_keys = {key(r) for r in rows}
+    run = prov["date"]
+    merged = [r for r in old["rows"] if key(r) not in new_keys] + [{**r, "run": run} for r in rows]
+    saved = results.save(TABLE_NAME, merged, prov, directory, extra={"runs": [*old.get("runs", []), prov]})
+    table.cache_clear()
+    return saved

@@ -1,0 +1,168 @@
+"""Which v5 configuration a problem gets: the autotune table's (`pick_config`), else the cost model's pick.
+
+One tile does not fit every shape. v5's default, 128 x 256 tiles in clusters of two, gives 4096^3 its 256
+cluster tiles in four full rounds on 132 SMs; at M = 128 and N = K = 4096 it makes 16 cluster tiles, so 32
+SMs work (half of them on rows past M) while 100 idle, and each of the 32 streams 64 k-tiles in a row.
+
+The model (`estimate_us`) prices a configuration as a persistent kernel runs it:
+
+- **Rounds of work units.** A unit is a cluster tile, or with split-K one slice of K of it; the grid runs
+  `slots` units at once (one per SM, or per cluster of two), so the kernel takes ceil(units / slots)
+  rounds, each as long as one unit. This is where waves and the last wave's utilisation come in: 288
+  cluster tiles on 66 clusters take 5 rounds, the last one 24/66 full.
+- **A unit's time** is its k-tiles times the longer of two per-k-tile costs, plus a small fixed one: the
+  wgmma, 128 x BLOCK_N x 64 multiply-adds at 4096 FLOP per clock per SM (the dense FP16 rate), and the
+  operand bytes TMA brings into the SM, (128 + BLOCK_N / CLUSTER_M) x 128 bytes at L2_BYTES_PER_CLOCK.
+  Narrow tiles re-read A for every column of tiles, so below 128 columns a k-tile is bound by its loads,
+  not its MMAs, and they pay the fixed cost more often per FLOP.
+- **HBM** bounds the whole: A, B and C each cross it once, at `HBM_GBS`. Small M is this case: at M = 1
+  the kernel only has to stream B (32 MB at N = K = 4096), and the model asks for enough units (split-K)
+  that every SM streams part of it.
+- **Fixed costs**: a launch, and for split-K a second launch plus the fp32 partials written and read back.
+
+`candidates` lists the configurations considered: BLOCK_N 64 to 256, clusters of two along M only where
+there is more than one round of tiles to share B across (DeepGEMM's rule: multicast only with more than one
+wave), split-K only while the tiles alone leave SMs idle, and as many pipeline stages as fit. The pick is
+the cheapest by the model; ties go to the larger tile. The constants are round numbers of the H200 under
+load (its clock sits near 1.7 GHz at the power cap); the autotune table (`deepgemm.autotune`) replaces the
+model's guess with a measurement for every shape it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from deepgemm import results
+from deepgemm.config import GemmConfig
+from deepgemm.model import ceil_div
+
+BLOCK_M = 128  # two consumer warpgroups of 64 rows
+BLOCK_K = 64
+BLOCK_NS = (256, 192, 128, 64)  # the wgmma N v5 issues, widest first (ties go to the first)
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+MIN_K_TILES_PER_UNIT = 4  # a slice of K shorter than this cannot fill the pipeline it runs through
+SMEM_BYTES = 227 * 1024  # what one CTA may use
+EPILOGUE_BYTES = 32 * 1024 + 1024  # v5's store boxes and alignment slack
+ELEMENT_BYTES = 2
+CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
+FLOP_PER_CLOCK = 4096  # dense FP16/BF16 per SM per clock
+L2_BYTES_PER_CLOCK = 64  # operand bytes TMA delivers into one SM per clock (the model's assumption)
+K_TILE_OVERHEAD_CLOCKS = 64  # per k-tile besides the MMAs: barrier hand-offs, wgmma issue (assumed)
+HBM_GBS = 4000.0  # sustained HBM bandwidth, GB/s (4.8 TB/s on the datasheet)
+LAUNCH_US = 4.0  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue
+REDUCE_LAUNCH_US = 3.0  # split-K's second kernel
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A configuration and what the model says of it."""
+
+    block_n: int
+    cluster_m: int
+    split_k: int
+    num_stages: int
+    estimate_us: float
+
+    def config(self) -> GemmConfig:
+        extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": 1, "SPLIT_K": self.split_k}
+        return GemmConfig(block_m=BLOCK_M, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
+
+    def name(self) -> str:
+        return config_name(self.config())
+
+
+def config_name(cfg: GemmConfig) -> str:
+    """A config as a short label: 'n256 c2 s1 st4' (BLOCK_N, CLUSTER_M, SPLIT_K, NUM_STAGES)."""
+    extra = cfg.extra
+    return f"n{cfg.block_n} c{extra.get('CLUSTER_M', 1)} s{extra.get('SPLIT_K', 1)} st{cfg.num_stages}"
+
+
+def max_stages(block_n: int) -> int:
+    """As many pipeline stages of a 128 x 64 A tile and a BLOCK_N x 64 B tile as fit beside the epilogue."""
+    stage_bytes = (BLOCK_M + block_n) * BLOCK_K * ELEMENT_BYTES
+    return (SMEM_BYTES - EPILOGUE_BYTES) // stage_bytes
+
+
+def estimate_us(m: int, n: int, k: int, block_n: int, cluster_m: int, split_k: int, sm_count: int) -> float:
+    """The model's time for one call (module docstring)."""
+    tiles_m, tiles_n = ceil_div(m, BLOCK_M), ceil_div(n, block_n)
+    units = ceil_div(tiles_m, cluster_m) * tiles_n * split_k
+    slots = sm_count // cluster_m
+    k_tiles = ceil_div(ceil_div(k, BLOCK_K), split_k)
+    mma_clocks = BLOCK_M * block_n * BLOCK_K * 2 / FLOP_PER_CLOCK
+    load_clocks = (BLOCK_M + block_n / cluster_m) * BLOCK_K * ELEMENT_BYTES / L2_BYTES_PER_CLOCK
+    unit_us = k_tiles * (max(mma_clocks, load_clocks) + K_TILE_OVERHEAD_CLOCKS) / (CLOCK_GHZ * 1e3)
+    hbm_bytes = (m * k + n * k + m * n) * ELEMENT_BYTES
+    fixed = LAUNCH_US
+    if split_k > 1:
+        hbm_bytes += 2 * 4 * m * n * split_k  # fp32 partials written, then read back
+        fixed += REDUCE_LAUNCH_US
+    return max(ceil_div(units, slots) * unit_us, hbm_bytes / (HBM_GBS * 1e3)) + fixed
+
+
+def candidates(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False) -> list[Choice]:
+    """Every configuration the heuristic weighs for this problem, cheapest first (module docstring)."""
+    found = []
+    k_tiles = ceil_div(k, BLOCK_K)
+    for block_n in BLOCK_NS:
+        tiles = ceil_div(m, BLOCK_M) * ceil_div(n, block_n)
+        for cluster_m in (2, 1):
+            if cluster_m > 1 and (ceil_div(m, BLOCK_M) < 2 or tiles <= sm_count):
+                continue  # nothing to share B with, or one round: multicast only pays across rounds
+            if b_mn_major and (block_n // cluster_m) % 64:
+                continue  # an MN-major B arrives in 64-wide boxes: each CTA's part must be whole boxes
+            for split in SPLITS:
+                if split > 1 and (tiles * 2 > sm_count or k_tiles < split * MIN_K_TILES_PER_UNIT):
+                    continue
+                estimate = estimate_us(m, n, k, block_n, cluster_m, split, sm_count)
+                found.append(Choice(block_n, cluster_m, split, max_stages(block_n), estimate))
+    return sorted(found, key=lambda c: c.estimate_us)  # stable: among equals the wider tile, listed first
+
+
+def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False) -> Choice:
+    """The model's pick for an M x N x K problem on `sm_count` SMs."""
+    return candidates(m, n, k, sm_count, b_mn_major)[0]
+
+
+TABLE_NAME = "autotune"
+
+
+def config_fields(cfg: GemmConfig) -> dict[str, int]:
+    """A config as the table stores it: its block_n, num_stages and the v5 knobs that vary."""
+    extra = cfg.extra
+    return {
+        "block_n": cfg.block_n,
+        "num_stages": cfg.num_stages,
+        "CLUSTER_M": extra.get("CLUSTER_M", 1),
+        "CLUSTER_N": extra.get("CLUSTER_N", 1),
+        "SPLIT_K": extra.get("SPLIT_K", 1),
+    }
+
+
+def config_from_fields(fields: dict[str, int]) -> GemmConfig:
+    extra = {name: int(fields[name]) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
+    return GemmConfig(block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra)
+
+
+@cache
+def table(directory: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
+    """The recorded table in `directory` by (dtype, m, n, k); empty where there is none."""
+    path = directory / f"{TABLE_NAME}.json"
+    if not path.is_file():
+        return {}
+    rows = json.loads(path.read_text())["rows"]
+    return {(r["dtype"], r["m"], r["n"], r["k"]): config_from_fields(r["config"]) for r in rows}
+
+
+def pick_config(
+    m: int, n: int, k: int, dtype_name: str, gpu: str, sm_count: int, b_mn_major: bool
+) -> tuple[GemmConfig, str]:
+    """The configuration for a problem and where it came from: "table" (autotune.json of this GPU) or
+    "heuristic". A table entry the layout cannot use (an MN-major B in boxes that do not divide) is passed over."""
+    found = table(results.gpu_directory(gpu)).get((dtype_name, m, n, k))
+    if found is not None and not (b_mn_major and (found.block_n // found.extra["CLUSTER_M"]) % 64):
+        return found, "table"
+    return choose(m, n, k, sm_count, b_mn_major).config(), "heuristic"

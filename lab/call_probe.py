@@ -1,0 +1,138 @@
+"""Where a small call's time goes: the host path piece by piece, and the GPU time with the host hidden.
+
+`python -m lab.call_probe` (GPU and PyTorch needed) prints two tables and writes JSON to $OUT or /tmp:
+- host: microseconds per call of each piece of `deepgemm.gemm`'s cached path (torch inputs), the least of
+  five repeats of 2000 calls (launches: 200, the GPU drained between repeats);
+- device: GPU µs per call of v5 configs and torch.matmul with the launch queue filled first (a
+  `torch.cuda._sleep` holds the stream while the host queues 60 calls), so the host's time is hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+import deepgemm
+from deepgemm import api
+from deepgemm.config import GemmConfig
+from deepgemm.frameworks import framework_of
+
+SETS = 4  # input sets rotated: 4 x 32 MB of B at N = K = 4096 is more than the 60 MB L2
+
+
+def best_us(fn: Callable[[], object], calls: int = 2000, repeats: int = 5, sync: bool = False) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - start)
+        if sync:
+            torch.cuda.synchronize()
+    return 1e6 * best / calls
+
+
+def host_pieces(m: int, n: int, k: int) -> dict[str, float]:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    deepgemm.gemm(a, b)
+    fw = framework_of(a)
+    key = api.plan_key(fw, a, b, None, None, None, None, None)
+    plan = api._PLANS[key]
+    raw, setters, _ = plan.steps[0]
+    other = torch.empty_like(a)
+    pointers = [a.data_ptr(), other.data_ptr()]
+    flip = [0]
+
+    def repoint() -> None:
+        flip[0] ^= 1
+        raw.repoint_map(0, pointers[flip[0]])
+
+    stream = fw.stream(0)
+    pieces = {
+        "framework_of": lambda: framework_of(a),
+        "plan_key": lambda: api.plan_key(fw, a, b, None, None, None, None, None),
+        "dict get": lambda: api._PLANS.get(key),
+        "getDevice": torch.cuda.current_device,
+        "cupy getDevice": __import__("cupy").cuda.runtime.getDevice,
+        "new_empty": lambda: a.new_empty((m, n)),
+        "torch.empty": lambda: torch.empty((m, n), device="cuda", dtype=torch.bfloat16),
+        "data_ptr": a.data_ptr,
+        "stream": lambda: fw.stream(0),
+        "repoint (changed)": repoint,
+        "setter f32": lambda: setters[4][1](1.0),
+    }
+    found = {name: best_us(fn) for name, fn in pieces.items()}
+    found["cuLaunchKernel"] = best_us(lambda: raw.launch(stream), calls=200, sync=True)
+    found["deepgemm.gemm"] = best_us(lambda: deepgemm.gemm(a, b), calls=200, sync=True)
+    found["torch.matmul"] = best_us(lambda: torch.matmul(a, b), calls=200, sync=True)
+    return found
+
+
+def device_us(fn: Callable[[int], object], calls: int = 60, repeats: int = 5) -> float:
+    """GPU µs per call with the queue filled first: the host's time per call is hidden behind a sleep."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(20_000_000)  # ~10 ms at 1.98 GHz: longer than queueing 60 calls
+        start.record()
+        for i in range(calls):
+            fn(i)
+        end.record()
+        end.synchronize()
+        times.append(1e3 * start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
+CONFIGS = {
+    "default": None,
+    "n128 c1": GemmConfig(block_n=128, extra={"CLUSTER_M": 1}),
+    "n128 c1 s2": GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "SPLIT_K": 2}),
+    "n128 c1 s4": GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "SPLIT_K": 4}),
+    "n128 c1 s8": GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "SPLIT_K": 8}),
+    "n256 c1 s4": GemmConfig(extra={"CLUSTER_M": 1, "SPLIT_K": 4}),
+    "n128 cn2": GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "CLUSTER_N": 2}),
+    "n128 cn2 s4": GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "CLUSTER_N": 2, "SPLIT_K": 4}),
+}
+SHAPES = [(1, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096),
+          (2048, 2048, 2048), (128, 2112, 7168), (4096, 2112, 7168), (3000, 5000, 700)]  # fmt: skip
+
+
+def device_table() -> list[dict]:
+    rows = []
+    for m, n, k in SHAPES:
+        sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                 torch.randn(k, n, device="cuda", dtype=torch.bfloat16)) for _ in range(SETS)]  # fmt: skip
+        row = {"m": m, "n": n, "k": k, "torch": device_us(lambda i, sets=sets: torch.matmul(*sets[i % SETS]))}
+        expected = torch.matmul(sets[0][0].double(), sets[0][1].double())
+        for name, cfg in CONFIGS.items():
+            try:
+                got = deepgemm.gemm(*sets[0], config=cfg).double()
+                err = float((got - expected).abs().max() / expected.abs().max())
+                us = device_us(lambda i, cfg=cfg, sets=sets: deepgemm.gemm(*sets[i % SETS], config=cfg))
+                row[name] = us if err < 1e-2 else f"wrong {err:.3g}"
+            except (ValueError, RuntimeError) as error:
+                row[name] = f"error: {str(error)[:60]}"
+        rows.append(row)
+        print(" ".join(f"{v:7.1f}" if isinstance(v, float) else str(v) for v in row.values()), flush=True)
+    return rows
+
+
+def main() -> None:
+    host = host_pieces(128, 4096, 4096)
+    for name, us in host.items():
+        print(f"{name:<20} {us:7.2f} us")
+    print("m n k torch", *CONFIGS)
+    rows = device_table()
+    out = os.environ.get("OUT", "/tmp")
+    with open(os.path.join(out, "call_probe.json"), "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "host_us": host, "device_us": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
