@@ -267,6 +267,8 @@ def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
     split-K (3 slices: uneven), at tails in every dimension and M = 1; b in both layouts wherever the
     layout allows the tile (an MN-major B's part per CTA is whole 64-wide boxes); every pipeline depth
     the heuristic gives the width."""
+    import cupy
+
     from deepgemm.check import random_problem
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import input_dtype
@@ -281,7 +283,8 @@ def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
                 config = GemmConfig(block_n=block_n, num_stages=max_stages(block_n), extra=extra)
                 for i, (m, n, k) in enumerate(((1, 520, 1000), (129, 1000, 520), (300, 700, 1000))):
                     a, b = random_problem(m, n, k, input_dtype(dtype), seed=900 + i)
-                    layouts = [b.T.copy().T] + ([b] if (block_n // cluster_m) % 64 == 0 else [])  # K-, MN-major
+                    mn_ok = (block_n // cluster_m) % 64 == 0
+                    layouts = [b] + ([cupy.ascontiguousarray(b)] if mn_ok else [])  # K-major, MN-major
                     for b_in in layouts:
                         stats = _check(launcher, a, b_in, config=config)
                         if not stats.passed:
@@ -297,9 +300,9 @@ def test_v5_refuses_an_mn_major_b_split_across_partial_boxes():
     from deepgemm.dtypes import FLOAT16
 
     launcher = _stage_or_skip("v5_fused")
-    a, b = random_problem(256, 512, 128, FLOAT16, seed=3)
+    a, b = random_problem(256, 512, 128, FLOAT16, seed=3, b_k_major=False)
     with pytest.raises(ValueError, match="MN-major B"):
-        launcher.plan(a, b, config=GemmConfig(block_n=64, extra={"CLUSTER_M": 2}))  # b row-major: MN-major
+        launcher.plan(a, b, config=GemmConfig(block_n=64, extra={"CLUSTER_M": 2}))
 
 
 def test_library_call_on_cupy_returns_cupy():
