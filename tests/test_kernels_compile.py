@@ -123,12 +123,19 @@ def test_v5_multicasts_the_operands_its_cluster_shares(cluster_m, cluster_n):
     )
 
 
-@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("block_n", [64, 128, 192, 256])
 def test_v5_issues_one_wgmma_shape_per_tile_width(block_n):
-    """BLOCK_N picks the instruction: four m64nBLOCK_Nk16 per k-tile (one per k16 step) and no other."""
-    code = sass("v5_fused", launcher_defines("v5_fused", False, BLOCK_N=block_n))
-    assert code.count(f"HGMMA.64x{block_n}x16") == 4
-    assert code.count("HGMMA.") == 4
+    """[7] BLOCK_N picks the instruction: four m64nBLOCK_Nk16 per k-tile (one per k16 step) and no other,
+    with as many stages as the heuristic gives the width, no spills and no serialised wgmma."""
+    from deepgemm.heuristic import max_stages
+
+    for bf16 in (False, True):
+        defines = launcher_defines("v5_fused", bf16, BLOCK_N=block_n, NUM_STAGES=max_stages(block_n))
+        report = compiled("v5_fused", defines)
+        assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, report.log
+        code = sass("v5_fused", defines)
+        assert code.count(f"HGMMA.64x{block_n}x16") == 4
+        assert code.count("HGMMA.") == 4
 
 
 @pytest.mark.parametrize(("a_mn", "b_mn"), [(0, 0), (1, 0), (0, 1), (1, 1)])

@@ -1,0 +1,127 @@
+"""The config a call gets: the cost model's pick, the autotune table, and the records they made (no GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deepgemm import autotune, call_suite, cli, heuristic, results
+from deepgemm.config import GemmConfig
+from deepgemm.heuristic import config_from_fields, config_name
+
+H200 = ("NVIDIA H200", 132)
+
+
+@pytest.mark.parametrize(("block_n", "stages"), [(256, 4), (192, 4), (128, 6), (64, 8)])
+def test_as_many_stages_as_fit_beside_the_epilogue(block_n, stages):
+    assert heuristic.max_stages(block_n) == stages
+    stage_bytes, epilogue = (128 + block_n) * 64 * 2, heuristic.EPILOGUE_BYTES
+    assert stages * stage_bytes + epilogue <= 227 * 1024 < (stages + 1) * stage_bytes + epilogue
+
+
+def test_the_shipped_tile_wins_where_it_fills_every_round():
+    """4096^3: 128 x 256 tiles in clusters of two, 256 cluster tiles in four full rounds of 64 clusters."""
+    assert heuristic.choose(4096, 4096, 4096, 132).name() == "n256 c2 s1 st4"
+
+
+def test_small_m_splits_k_and_never_clusters_a_single_tile_row():
+    for m in (1, 16, 64, 128):
+        pick = heuristic.choose(m, 4096, 4096, 132)
+        assert pick.split_k > 1 and pick.cluster_m == 1, (m, pick)
+    assert all(c.cluster_m == 1 for c in heuristic.candidates(128, 28672, 4096, 132))
+
+
+def test_split_k_only_while_tiles_leave_sms_idle_and_slices_fill_the_pipeline():
+    for c in heuristic.candidates(300, 4096, 1000, 132):
+        if c.split_k > 1:
+            tiles = 3 * -(-4096 // c.block_n)
+            assert tiles * 2 <= 132 and c.split_k * heuristic.MIN_K_TILES_PER_UNIT <= -(-1000 // 64), c
+
+
+def test_an_mn_major_b_is_never_given_partial_boxes():
+    for c in heuristic.candidates(8192, 4096, 4096, 132, b_mn_major=True):
+        assert (c.block_n // c.cluster_m) % 64 == 0, c
+
+
+def test_the_model_prices_the_default_at_small_m_as_the_h200_measured_it():
+    """v5's default at M = 128, N = K = 4096: 16 cluster tiles, 64 k-tiles each, one after another; the
+    record has it at 42.9 µs in the autotune run."""
+    assert heuristic.estimate_us(128, 4096, 4096, 256, 2, 1, 132) == pytest.approx(42.9, rel=0.1)
+
+
+def test_fields_round_trip_and_name_a_config():
+    cfg = GemmConfig(block_n=192, num_stages=4, extra={"CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 3})
+    assert config_from_fields(heuristic.config_fields(cfg)) == cfg
+    assert config_name(cfg) == "n192 c2 s3 st4"
+
+
+def test_the_table_comes_first_then_the_model():
+    for row in results.load("autotune")["rows"][:6]:
+        found, source = heuristic.pick_config(row["m"], row["n"], row["k"], row["dtype"], *H200, False)
+        assert (config_name(found), source) == (row["name"], "table")
+    found, source = heuristic.pick_config(3, 5, 7, "fp16", *H200, False)
+    assert source == "heuristic" and found == heuristic.choose(3, 5, 7, 132).config()
+    assert heuristic.pick_config(1, 4096, 4096, "fp16", "NVIDIA H100 PCIe", 114, False)[1] == "heuristic"
+
+
+def test_a_table_entry_the_layout_cannot_take_is_passed_over(tmp_path, monkeypatch):
+    fields = {"block_n": 64, "num_stages": 8, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1}
+    row = {"dtype": "fp16", "m": 512, "n": 512, "k": 512, "config": fields}
+    (tmp_path / "autotune.json").write_text(json.dumps({"provenance": {}, "rows": [row]}))
+    monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path)
+    heuristic.table.cache_clear()
+    try:
+        assert heuristic.pick_config(512, 512, 512, "fp16", *H200, False)[1] == "table"
+        assert heuristic.pick_config(512, 512, 512, "fp16", *H200, True)[1] == "heuristic"
+    finally:
+        heuristic.table.cache_clear()
+
+
+def test_recording_merges_by_shape_and_keeps_every_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path)
+    fields = heuristic.config_fields(heuristic.choose(64, 64, 64, 132).config())
+    rows = [{"dtype": d, "m": 64, "n": 64, "k": 64, "config": fields, "name": "x", "us": 1.0} for d in ("fp16", "bf16")]
+    autotune.record(rows, {"gpu": "NVIDIA H200", "date": "first"})
+    autotune.record([{**rows[0], "us": 2.0}], {"gpu": "NVIDIA H200", "date": "second"})
+    record = json.loads((tmp_path / "autotune.json").read_text())
+    kept = sorted((r["dtype"], r["us"], r["run"]) for r in record["rows"])
+    assert kept == [("bf16", 1.0, "first"), ("fp16", 2.0, "second")]
+    assert [run["date"] for run in record["runs"]] == ["first", "second"] and record["provenance"]["date"] == "second"
+
+
+def test_the_recorded_table_holds_the_fastest_verified_candidate_of_every_shape():
+    rows = results.load("autotune")["rows"]
+    assert {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows} == {
+        (d, *s) for d in ("fp16", "bf16") for s in call_suite.shape_table()
+    }
+    for row in rows:
+        timed = [c for c in row["candidates"] if c["passed"]]
+        assert row["name"] == min(timed, key=lambda c: c["us"])["name"] and row["us"] == min(c["us"] for c in timed)
+        assert config_name(config_from_fields(row["config"])) == row["name"]
+
+
+def test_the_shape_table_is_the_issues():
+    table = call_suite.shape_table()
+    assert len(table) == len(set(table)) == 37
+    assert {(m, 4096, 4096) for m in call_suite.M_SWEEP} <= set(table)
+    assert {(m, 2112, 7168) for m in (1, 128, 4096)} <= set(table) and (4097, 4097, 4097) in table
+
+
+def test_the_recorded_shape_table_ran_the_tables_configs_and_verified_every_row():
+    record = results.load("shapes")
+    rows = record["rows"]
+    tuned = {(r["dtype"], r["m"], r["n"], r["k"]): r["name"] for r in results.load("autotune")["rows"]}
+    assert len(rows) == 2 * len(call_suite.shape_table())
+    for row in rows:
+        assert row["passed"] and row["torch_passed"], row
+        assert row["config"] == tuned[(row["dtype"], row["m"], row["n"], row["k"])] and row["config_source"] == "table"
+        assert row["x_torch"] == pytest.approx(row["torch_us"] / row["call_us"])
+        assert row["x_torch_device"] == pytest.approx(row["torch_device_us"] / row["device_us"])
+        assert ("device_gbs" in row) == (row["m"] == 1)
+
+
+def test_autotune_without_a_gpu_prints_the_recorded_table(capsys):
+    assert cli.main(["autotune"]) == 0
+    shown = capsys.readouterr().out
+    assert "recorded" in shown.lower() and "n256 c2 s1 st4" in shown
