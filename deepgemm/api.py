@@ -218,9 +218,8 @@ class Launched:
             values["workspace"] = fw.pointer(scratch)
         for name, shape in self.staged_in.items():  # copied on the kernels' stream, so they live until read
             source = a if name == "a" else b.T  # as the kernel reads it: (M or N, K)
-            k = source.shape[1]
-            padded = (fw.zeros if shape[1] > k else fw.empty)(shape, source.dtype, a)  # the map reads K's padding
-            fw.copy(padded[:, :k], source)
+            padded = fw.empty(shape, source.dtype, a)[:, : source.shape[1]]
+            fw.copy(padded, source)
             values[name] = fw.pointer(padded)
         written = None if self.staged_out is None else fw.empty(self.staged_out, self.out_dtype, a)
         if written is not None:

@@ -53,10 +53,6 @@ class Cupy:
         return cupy.empty(shape, dtype=dtype)  # the plan has made like's device current
 
     @staticmethod
-    def zeros(shape: tuple[int, int], dtype: Any, like: cupy.ndarray) -> cupy.ndarray:
-        return cupy.zeros(shape, dtype=dtype)
-
-    @staticmethod
     def framework_dtype(dtype: np.dtype) -> np.dtype:
         return dtype
 
@@ -113,10 +109,6 @@ class Torch:
     @staticmethod
     def empty(shape: tuple[int, int], dtype: Any, like: Any) -> Any:
         return like.new_empty(shape, dtype=dtype)  # on like's device; 1 µs less than torch.empty
-
-    @staticmethod
-    def zeros(shape: tuple[int, int], dtype: Any, like: Any) -> Any:
-        return like.new_zeros(shape, dtype=dtype)
 
     def framework_dtype(self, dtype: np.dtype) -> Any:
         return self._dtypes[dtype_name(dtype)]

