@@ -61,11 +61,6 @@ class Cupy:
         return cupy.ascontiguousarray(x, dtype=cupy.float32)
 
     @staticmethod
-    def copy(dst: cupy.ndarray, src: cupy.ndarray) -> None:
-        """src's values into dst (same shape, any strides), on the current stream."""
-        cupy.copyto(dst, src)
-
-    @staticmethod
     def is_float32_vector(meta: tuple) -> bool:
         _, strides, dtype, _ = meta
         return dtype == np.float32 and strides == (4,)
@@ -116,11 +111,6 @@ class Torch:
     @staticmethod
     def float32_vector(x: Any) -> Any:
         return x.float().contiguous()
-
-    @staticmethod
-    def copy(dst: Any, src: Any) -> None:
-        """src's values into dst (same shape, any strides), on torch's current stream."""
-        dst.copy_(src)
 
     def is_float32_vector(self, meta: tuple) -> bool:
         _, strides, dtype, _ = meta
