@@ -248,27 +248,42 @@ def pairs_plot(rows: Sequence[Row], stage: str = "v5_fused") -> Figure:
     return fig
 
 
-def shapes_plot(rows: Sequence[Row], stage: str = "v5_fused", dtype: str = "fp16") -> Figure:
-    """The `shapes` suite: TFLOP/s of a stage and cuBLAS against M (log scale), and their ratio."""
-    mine = sorted((r for r in rows if r["dtype"] == dtype), key=lambda r: r["m"])
+SHAPE_LINES = (  # the shape table's times: record key, legend, line style
+    ("call_us", "deepgemm.gemm per call", "o-"),
+    ("device_us", "deepgemm.gemm on the GPU", "o--"),
+    ("torch_us", "torch.matmul per call", "s-"),
+    ("torch_device_us", "torch.matmul on the GPU", "s--"),
+)
+
+
+def shapes_plot(rows: Sequence[Row], dtype: str = "fp16") -> Figure:
+    """The shape table: left, µs against M at N = K = 4096 for the call and torch.matmul, per call and on
+    the GPU alone; right, x torch for every shape of the table, per call (filled) and on the GPU (open)."""
+    mine = [r for r in rows if r["dtype"] == dtype]
     if not mine:
         return empty_figure(f"no recorded {dtype} shapes")
-    fig = Figure(figsize=(9.0, 3.4), layout="constrained")
-    rate_ax, ratio_ax = fig.subplots(1, 2)
-    for name in (stage, CUBLAS):
-        picked = [r for r in mine if r["stage"] == name]
-        label, color = short_name(name), stage_color(name)
-        rate_ax.plot([r["m"] for r in picked], [r["tflops"] for r in picked], "o-", color=color, label=label)
-    ours = [r for r in mine if r["stage"] == stage]
-    ratio_ax.plot([r["m"] for r in ours], [r["x_cublas"] for r in ours], "o-", color=stage_color(stage))
-    ratio_ax.axhline(1.0, color="black", lw=0.8)
-    n, k = mine[0]["n"], mine[0]["k"]
-    for ax in (rate_ax, ratio_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"M (N = {n}, K = {k})")
-    rate_ax.set_title(f"TFLOP/s, {dtype}", fontsize=10)
-    rate_ax.legend(fontsize=8)
-    ratio_ax.set_title(f"{short_name(stage)} / cuBLAS", fontsize=10)
+    fig = Figure(figsize=(10.0, 7.0), layout="constrained")
+    time_ax, ratio_ax = fig.subplots(1, 2, width_ratios=(1, 1.2))
+    sweep = sorted((r for r in mine if (r["n"], r["k"]) == (4096, 4096)), key=lambda r: r["m"])
+    ms = [r["m"] for r in sweep]
+    for key, label, style in SHAPE_LINES:
+        color = stage_color(STAGES[-1]) if key in ("call_us", "device_us") else stage_color(CUBLAS)
+        time_ax.plot(ms, [r[key] for r in sweep], style, color=color, label=label, ms=4)
+    time_ax.set_xscale("log", base=2)
+    time_ax.set_yscale("log")
+    time_ax.set_xlabel("M (N = K = 4096)")
+    time_ax.set_title(f"µs, {dtype}", fontsize=10)
+    time_ax.legend(fontsize=8)
+    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in mine]
+    ys = range(len(mine))
+    ratio_ax.plot([r["x_torch"] for r in mine], ys, "o", color=stage_color(STAGES[-1]), label="per call")
+    ratio_ax.plot([r["x_torch_device"] for r in mine], ys, "o", mfc="none", color="black", label="on the GPU")
+    ratio_ax.axvline(1.0, color="black", lw=0.8)
+    ratio_ax.set_xscale("log", base=2)
+    ratio_ax.set_yticks(list(ys), labels, fontsize=7)
+    ratio_ax.invert_yaxis()
+    ratio_ax.set_title("x torch.matmul (right of the line: faster)", fontsize=10)
+    ratio_ax.legend(fontsize=8)
     return fig
 
 
