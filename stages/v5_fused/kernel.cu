@@ -1,5 +1,5 @@
 // v5_fused: the last stage. Over v4 (one CTA per 128x256 tile, C = A*B stored from registers) it adds
-// four techniques, each a block of the kernel marked [1] to [4]:
+// seven techniques, each a block of the kernel marked [1] to [7]:
 //   [1] persistent tiles: one CTA per SM walks its tiles in grouped order. Producer and consumers keep
 //       their stage/phase counters across tiles, so the producer fills the next tile's stages during
 //       this tile's epilogue, and barrier setup and pipeline fill are paid once per SM, not per tile.
@@ -17,6 +17,8 @@
 //   [6] split-K (SPLIT_K > 1), for problems with too few tiles to fill the GPU: every tile is computed
 //       once per slice of K into its own fp32 partial, and splitk_reduce_kernel adds the slices in index
 //       order and applies the epilogue, so that a result is the same from run to run.
+//   [7] a tile for the shape: BLOCK_N 64, 128, 192 or 256 (wgmma m64nNk16), with the pipeline depth,
+//       cluster and split-K the library call picks per problem (an autotune table, else a cost model).
 // Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
 // issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
 // What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
