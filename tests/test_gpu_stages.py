@@ -293,6 +293,30 @@ def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_deep_split_k_the_heuristic_may_pick(dtype):
+    """[6] [7] The heuristic's larger splits (6, 8, 12, 16 slices) at every tile width, without a cluster
+    (it clusters only where there is more than a round of tiles, which split-K is not for): M = 1 and
+    tails in M, N and K, with K long enough for four k-tiles a slice."""
+    from deepgemm.check import random_problem
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import SPLITS, max_stages
+
+    launcher = _stage_or_skip("v5_fused")
+    failures = []
+    for block_n in (64, 128, 192, 256):
+        for split in (s for s in SPLITS if s > 4):
+            extra = {"CLUSTER_M": 1, "SPLIT_K": split}
+            config = GemmConfig(block_n=block_n, num_stages=max_stages(block_n), extra=extra)
+            for i, (m, n, k) in enumerate(((1, 520, 4100), (129, 1000, 4160))):
+                a, b = random_problem(m, n, k, input_dtype(dtype), seed=950 + i)
+                stats = _check(launcher, a, b, config=config)
+                if not stats.passed:
+                    failures.append(f"{m}x{n}x{k} {config}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
 def test_v5_refuses_an_mn_major_b_split_across_partial_boxes():
     """An MN-major B arrives in 64-wide boxes: BLOCK_N 64 in clusters of two would give each CTA half a box."""
     from deepgemm.check import random_problem
