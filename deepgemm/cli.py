@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import cupy
 
-from deepgemm import autotune, bench, call_suite, first_call, results, stability, stages, tables
+from deepgemm import autotune, bench, call_suite, first_call, results, source_profile, stability, stages, tables
 from deepgemm.check import random_problem
 from deepgemm.config import GemmConfig
 from deepgemm.diff import kernel_diff
@@ -246,6 +246,8 @@ def profiled_stages(spec: str) -> list[str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    if args.source:
+        return cmd_profile_source(args)
     if not gpu_available():
         show_recorded(args.name)
         return 0
@@ -259,6 +261,41 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.record:
         print(f"recorded in {results.save(args.name, rows, results.provenance())}")
     return 0
+
+
+SOURCE_RECORD = "profile_source"
+SOURCE_LINES_SHOWN = 12
+
+
+def cmd_profile_source(args: argparse.Namespace) -> int:
+    """`profile --source`: per kernel.cu line and warp role, where each stage's stall samples sit
+    (`deepgemm.source_profile`); without a GPU, the recorded run's."""
+    name = SOURCE_RECORD if args.name == "profile" else args.name
+    if not gpu_available():
+        record = results.load(name, command="python -m deepgemm profile --source --record")
+        print(results.recorded_banner(record["provenance"]))
+        rows = record["rows"]
+    else:
+        if CUBLAS in profiled_stages(args.stages):
+            raise ValueError("--source reads a stage's kernel.cu: cuBLAS has none here")
+        rows = [source_profile.profile_source(stage, m, n, k, dtype)
+                for stage in profiled_stages(args.stages) for (m, n, k), dtype in problems(args)]  # fmt: skip
+    for row in rows:
+        print(f"\n{row['stage']} {row['dtype']} {row['m']}x{row['n']}x{row['k']}: stall samples by kernel.cu line")
+        print(results.format_table(row["lines"][:SOURCE_LINES_SHOWN], SOURCE_LINE_COLUMNS))
+    if args.record and gpu_available():
+        print(f"recorded in {results.save(name, rows, results.provenance())}")
+    return 0
+
+
+SOURCE_LINE_COLUMNS = (
+    ("role", "warps", 0),
+    ("line", "line", 0),
+    ("pct_samples", "% samples", 1),
+    ("not_issued", "not issued", 0),
+    ("instructions", "SASS", 0),
+    ("source", "kernel.cu", 0),
+)
 
 
 def cmd_stability(args: argparse.Namespace) -> int:
@@ -305,7 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")
     profile.add_argument("--stages", default="all", help='e.g. "all", "v4,v5", "v5,cublas" (cuBLAS\'s kernel)')
     profile.add_argument("--record", action="store_true", help="write results/<gpu>/<name>.json")
-    profile.add_argument("--name", default="profile", help="the record's name (default: profile)")
+    profile.add_argument("--name", default="profile", help="the record's name (default: profile, or profile_source)")
+    profile.add_argument(
+        "--source", action="store_true", help="stall samples per SASS instruction and kernel.cu line, by warp role"
+    )
     add_problem_args(profile)
     profile.set_defaults(run=cmd_profile)
     once = sub.add_parser(

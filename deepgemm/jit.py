@@ -12,6 +12,7 @@ globals, LAUNCH_THREADS and LAUNCH_SMEM_BYTES; `launch_facts` reads them back fr
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -28,6 +29,13 @@ import numpy as np
 STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
 ENTRY_POINT = "gemm_kernel"
 BASE_OPTIONS = ("-std=c++17",)
+LINEINFO_ENV = "DEEPGEMM_LINEINFO"  # "1": kernels also carry a line table (-lineinfo), for ncu's source view
+
+
+def compile_options() -> tuple[str, ...]:
+    """BASE_OPTIONS, and -lineinfo where LINEINFO_ENV asks for it (the SASS stays the same: a CPU test)."""
+    return (*BASE_OPTIONS, "-lineinfo") if os.environ.get(LINEINFO_ENV) == "1" else BASE_OPTIONS
+
 
 LAUNCH_THREADS = "LAUNCH_THREADS"  # threads per block
 LAUNCH_SMEM_BYTES = "LAUNCH_SMEM_BYTES"  # dynamic shared memory the kernel needs, alignment slack included
@@ -78,7 +86,7 @@ def device_arch() -> str:
 
 
 def _key(stage: str, defines: Mapping[str, int]) -> tuple:
-    return stage, device_arch(), tuple(sorted(defines.items()))
+    return stage, device_arch(), tuple(sorted(defines.items())), compile_options()
 
 
 def get_module(stage: str, defines: Mapping[str, int]) -> cupy.RawModule:
@@ -86,7 +94,7 @@ def get_module(stage: str, defines: Mapping[str, int]) -> cupy.RawModule:
     key = _key(stage, defines)
     if key not in _modules:
         source = kernel_path(stage).read_text()
-        options = (f"-arch={key[1]}", *BASE_OPTIONS, *define_options(defines))
+        options = (f"-arch={key[1]}", *key[3], *define_options(defines))
         _modules[key] = cupy.RawModule(code=source, options=options, backend="nvrtc")
     return _modules[key]
 
@@ -180,12 +188,17 @@ def cuda_include_dir() -> str:
     return found
 
 
-def compile_report(stage: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
-    """Compile a stage without a GPU through NVRTC; raises RuntimeError with the compiler log on failure."""
-    return compile_file_report(kernel_path(stage), stage, defines, arch)
+def compile_report(
+    stage: str, defines: Mapping[str, int], arch: str = "sm_90a", options: tuple[str, ...] = ()
+) -> CompileReport:
+    """Compile a stage without a GPU through NVRTC (`options` besides the usual, e.g. -lineinfo); raises
+    RuntimeError with the compiler log on failure."""
+    return compile_file_report(kernel_path(stage), stage, defines, arch, options)
 
 
-def compile_file_report(path: Path, name: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
+def compile_file_report(
+    path: Path, name: str, defines: Mapping[str, int], arch: str = "sm_90a", extra: tuple[str, ...] = ()
+) -> CompileReport:
     """Compile any .cu file as `compile_report` compiles a stage (the harness's own probe kernels too)."""
     from cupy.cuda import nvrtc  # CuPy's low-level NVRTC bindings, only for compiles without a GPU
 
@@ -193,6 +206,7 @@ def compile_file_report(path: Path, name: str, defines: Mapping[str, int], arch:
     options = [
         f"-arch={arch}",
         *BASE_OPTIONS,
+        *extra,
         f"-I{cuda_include_dir()}",
         "--ptxas-options=-v",
         "--no-cache",  # NVRTC 12.9+ may reuse an earlier compile, and then ptxas runs and reports nothing

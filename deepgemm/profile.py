@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -115,9 +116,11 @@ def profile_stage(stage: str, m: int, n: int, k: int, dtype: str, timeout_s: flo
     return {"stage": stage, "dtype": dtype, "m": m, "n": n, "k": k, **tidy(parse_ncu_csv(output))}
 
 
-def run_ncu(command: list[str], timeout_s: float) -> str:
-    """Run an ncu command line and return its standard output, or a RuntimeError with the tail of both streams."""
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+def run_ncu(command: list[str], timeout_s: float, env: dict[str, str] | None = None) -> str:
+    """Run an ncu command line (with `env` added to this process's environment) and return its standard
+    output, or a RuntimeError with the tail of both streams."""
+    full_env = None if env is None else {**os.environ, **env}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=full_env)
     if proc.returncode != 0:
         raise RuntimeError(f"ncu failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return proc.stdout

@@ -17,6 +17,8 @@
 #                                   bf16 or both)
 #   scripts/h200_record.sh shapes   the shape table: deepgemm.gemm beside torch.matmul (shapes.json; DTYPE as above)
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
+#   scripts/h200_record.sh source   stall samples per SASS instruction and kernel.cu line, every stage, 4096^3
+#                                   FP16 (profile_source.json)
 #   scripts/h200_record.sh kernels  every kernel deepgemm.gemm launches, first call included, under Nsight Compute
 #                                   (gemm_kernels.txt)
 # Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
@@ -64,6 +66,8 @@ elif [ "$part" = kernels ]; then
       env PYTHONPATH="$PWD" python3 scripts/gemm_kernels.py 2>&1 | grep -v '^==PROF== Connected'
   } > results/h200/gemm_kernels.txt
   cat results/h200/gemm_kernels.txt
+elif [ "$part" = source ]; then
+  timeout 500 python3 -m deepgemm profile --source --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -90
 elif [ "$part" = tests ]; then
   gpu_tests
 elif [ "$part" = call ]; then
