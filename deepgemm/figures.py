@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from deepgemm import results
+from deepgemm import results, stages
 from deepgemm.model import (
     HBM_TBS,
     SWIZZLE_ROW_CHUNKS,
@@ -311,4 +311,58 @@ def swizzle_map(highlight_chunk: int = 0) -> Figure:
         name = "128-byte swizzle: chunk c of row r at c ^ (r % 8)" if swizzle else "no swizzle"
         verdict = f"{ways}-way bank conflict" if ways > 1 else "no bank conflict"
         ax.set_title(f"{name}\nchunk {highlight_chunk} of 8 rows: {verdict}", fontsize=9)
+    return fig
+
+
+# What one tensor-core instruction computes (rows x columns of C) where it is fixed; wgmma's N is the
+# stage's BLOCK_N (m64nNk16), read from the config, and v0/v1 compute on CUDA cores, an element a time.
+INSTRUCTION_TILES = {
+    "v2_mma_sync": ((16, 8), "mma.sync m16n8k16"),
+}
+
+
+def stage_tiles(stage: str) -> list[tuple[str, int, int, int]]:
+    """A stage's tile hierarchy from its launcher's defaults, outermost first: (level, rows, columns, how many
+    of it the level above holds)."""
+    cfg = stages.load(stage).DEFAULTS
+    if stage == "v0_naive":
+        threads = cfg.value("BLOCK_Y") * cfg.value("BLOCK_X")
+        return [("CTA", cfg.value("BLOCK_Y"), cfg.value("BLOCK_X"), 1), ("thread", 1, 1, threads)]
+    bm, bn = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
+    levels = [("cluster", cfg.value("CLUSTER_M") * bm, bn, 1)] if stage == "v5_fused" else []
+    levels.append(("CTA", bm, bn, levels[0][1] // bm if levels else 1))
+    if stage == "v1_tiled":
+        tm, tn = cfg.value("THREAD_M"), cfg.value("THREAD_N")
+        return [*levels, ("thread", tm, tn, (bm // tm) * (bn // tn))]
+    if stage == "v2_mma_sync":
+        wm, wn = cfg.value("WARPS_M"), cfg.value("WARPS_N")
+        (im, inn), name = INSTRUCTION_TILES[stage]
+        per_warp = (bm // wm // im) * (bn // wn // inn)
+        return [*levels, ("warp", bm // wm, bn // wn, wm * wn), (name, im, inn, per_warp)]
+    return [*levels, ("consumer warpgroup", 64, bn, bm // 64), (f"wgmma m64n{bn}k16", 64, bn, 1)]
+
+
+def tile_hierarchy(stage_list: Sequence[str] = STAGES) -> Figure:
+    """Each stage's output tiles, all panels at one scale, one inside the other: cluster, CTA, warp or
+    warpgroup, and the thread's or the instruction's tile (shaded), from the launchers' defaults
+    (`stage_tiles`)."""
+    every = {stage: stage_tiles(stage) for stage in stage_list}
+    height = max(levels[0][1] for levels in every.values())
+    width = max(levels[0][2] for levels in every.values())
+    fig = Figure(figsize=(2.3 * len(stage_list), 3.4), layout="constrained")
+    for ax, (stage, levels) in zip(fig.subplots(1, len(stage_list)), every.items(), strict=True):
+        _, rows, cols, _ = levels[0]
+        ax.add_patch(Rectangle((0, 0), cols, rows, facecolor="none", edgecolor="black", lw=1.5))
+        for depth, (_, r, c, _) in enumerate(levels[1:], start=1):
+            inner = depth == len(levels) - 1
+            ax.add_patch(Rectangle((0, 0), c, r, facecolor=stage_color(stage) if inner else "none",
+                                   alpha=0.6 if inner else 1.0, edgecolor=f"C{depth}", lw=1.2))  # fmt: skip
+        ax.set_xlim(0, width)
+        ax.set_ylim(height, 0)
+        ax.set_aspect("equal")
+        ax.set_xticks([0, width // 2, width])
+        ax.set_yticks([0, height // 2, height])
+        ax.tick_params(labelsize=7)
+        caption = "\n".join(f"{name} {r}x{c}" + (f" (x{n})" if n > 1 else "") for name, r, c, n in levels)
+        ax.set_title(f"{short_name(stage)}\n{caption}", fontsize=6.5, loc="left")
     return fig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -91,3 +93,15 @@ def test_swizzle_map_shades_one_column_without_the_swizzle_and_a_diagonal_with_i
         shaded = sorted((p.get_y(), p.get_x()) for p in cells if p.get_facecolor()[:3] != (1.0, 1.0, 1.0))
         assert [int(x) for _, x in shaded] == expected_groups
         assert ways in ax.get_title()
+
+
+def test_each_stage_s_tiles_fill_the_tile_above_them_exactly():
+    """The hierarchy drawn from the launchers' defaults is consistent: each level's tiles, as many as it
+    says, cover the level above (a warp grid the CTA, mma tiles the warp, the CTAs a v5 cluster)."""
+    for stage in STAGES:
+        levels = figures.stage_tiles(stage)
+        for (_, rows, cols, _), (name, r, c, count) in itertools.pairwise(levels):
+            assert count * r * c == rows * cols, (stage, name)
+    assert figures.stage_tiles("v2_mma_sync")[-1][:3] == ("mma.sync m16n8k16", 16, 8)
+    assert figures.stage_tiles("v5_fused")[0][:3] == ("cluster", 256, 256)
+    assert len(figures.tile_hierarchy().axes) == len(STAGES)
