@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
 import cupy
@@ -29,7 +28,7 @@ from deepgemm.dtypes import FLOAT32, dtype_name
 from deepgemm.frameworks import Cupy, Torch, framework_of
 from deepgemm.heuristic import pick_config
 from deepgemm.launch import KernelLaunch, LaunchSequence, device_limits
-from deepgemm.operands import Problem, as_device_array, check_problem, require_gpu
+from deepgemm.operands import Problem, as_device_array, check_problem, device_name, require_gpu
 from deepgemm.tma import read_in_place
 
 LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
@@ -146,14 +145,8 @@ def chosen_config(problem: Problem, device: int) -> tuple[GemmConfig, str]:
     cost model's pick (`heuristic.pick_config`); and which of the two it is."""
     found = read_in_place(problem.b.T, mn_major_ok=True)
     b_mn_major = found is not None and found[1]
-    gpu, sm_count = gpu_name(device), device_limits(device)["sm_count"]
+    gpu, sm_count = device_name(device), device_limits(device)["sm_count"]
     return pick_config(problem.m, problem.n, problem.k, dtype_name(problem.a.dtype), gpu, sm_count, b_mn_major)
-
-
-@cache
-def gpu_name(device: int) -> str:
-    """The device's name, asked once: the properties query builds a dictionary of about a hundred (~1 ms)."""
-    return cupy.cuda.runtime.getDeviceProperties(device)["name"].decode()
 
 
 def config_of(a: Any, b: Any, **options: Any) -> tuple[GemmConfig, str]:

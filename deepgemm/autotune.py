@@ -22,7 +22,7 @@ from deepgemm import heuristic, results
 from deepgemm.bench import Workload
 from deepgemm.check import verify
 from deepgemm.config import GemmConfig
-from deepgemm.heuristic import TABLE_NAME, config_fields, config_name, table
+from deepgemm.heuristic import TABLE_NAME, config_fields, config_name, problem_key, table
 from deepgemm.stages import load
 from deepgemm.timing import device_us_per_call
 
@@ -92,10 +92,9 @@ def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:
     directory = results.gpu_directory(prov["gpu"])
     path = directory / f"{TABLE_NAME}.json"
     old = json.loads(path.read_text()) if path.is_file() else {"rows": [], "runs": []}
-    key = lambda r: (r["dtype"], r["m"], r["n"], r["k"])  # noqa: E731
-    new_keys = {key(r) for r in rows}
+    new_keys = {problem_key(r) for r in rows}
     run = prov["date"]
-    merged = [r for r in old["rows"] if key(r) not in new_keys] + [{**r, "run": run} for r in rows]
+    merged = [r for r in old["rows"] if problem_key(r) not in new_keys] + [{**r, "run": run} for r in rows]
     saved = results.save(TABLE_NAME, merged, prov, directory, extra={"runs": [*old.get("runs", []), prov]})
     table.cache_clear()
     return saved

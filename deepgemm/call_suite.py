@@ -22,6 +22,7 @@ from deepgemm.api import config_of
 from deepgemm.autotune import TUNED_LAYOUT
 from deepgemm.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
 from deepgemm.heuristic import config_name
+from deepgemm.model import HBM_TBS
 from deepgemm.timing import device_us_per_call, host_us_per_call
 
 FRAMEWORKS = ("torch", "cupy")
@@ -78,10 +79,18 @@ def call_row(
 
 
 def time_call(
-    work: Workload, framework: str, a_layout: str, b_layout: str, *, settle_s: float, torch_first: bool
+    work: Workload,
+    framework: str,
+    a_layout: str,
+    b_layout: str,
+    *,
+    settle_s: float,
+    torch_first: bool,
+    device_time: bool = False,
 ) -> dict[str, Any]:
     """Verify and time `deepgemm.gemm` and `torch.matmul` on the workload's sets (already in the layouts),
-    then the host time per call of each."""
+    then the host time per call of each; with `device_time`, also each one's GPU time alone
+    (`timing.device_us_per_call`)."""
     torch = require_torch()
     gemm_sets, torch_sets = operand_sets(work, framework, torch)
     launches = {
@@ -100,6 +109,9 @@ def time_call(
         host_us=host[GEMM],
         torch_host_us=host[TORCH],
     )
+    if device_time:
+        device = {name: device_us_per_call(launches[name]) for name in order}
+        row.update(device_us=device[GEMM], torch_device_us=device[TORCH], x_torch_device=device[TORCH] / device[GEMM])
     return {**row, "timed_first": order[0]}
 
 
@@ -156,7 +168,6 @@ def shape_table() -> list[tuple[int, int, int]]:
 
 SHAPE_TABLE = ",".join("x".join(map(str, shape)) for shape in shape_table())
 SHAPE_LAYOUT = TUNED_LAYOUT  # the layout the autotune table was measured in
-HBM_GBS = 4800.0  # the H200's datasheet bandwidth
 
 
 def bench_shape_call(
@@ -165,20 +176,15 @@ def bench_shape_call(
     """One row of the shape table: `deepgemm.gemm` on torch tensors beside `torch.matmul`, verified, timed
     per call (`call_us`, as a caller sees it) and on the GPU alone (`device_us`, the host hidden), with the
     config the call chose and where from (autotune table or heuristic); at M = 1 the bandwidth."""
-    torch = require_torch()
     work = Workload.make(m, n, k, dtype_name).in_layout(*SHAPE_LAYOUT)
-    row = time_call(work, "torch", *SHAPE_LAYOUT, settle_s=settle_s, torch_first=False)
-    gemm_sets, torch_sets = operand_sets(work, "torch", torch)
-    row["device_us"] = device_us_per_call([partial(deepgemm.gemm, a, b) for a, b in gemm_sets])
-    row["torch_device_us"] = device_us_per_call([partial(torch.matmul, a, b) for a, b in torch_sets])
-    row["x_torch_device"] = row["torch_device_us"] / row["device_us"]
-    config, source = config_of(*gemm_sets[0])
+    row = time_call(work, "torch", *SHAPE_LAYOUT, settle_s=settle_s, torch_first=False, device_time=True)
+    config, source = config_of(*work.problems[0])
     row.update(config=config_name(config), config_source=source)
     if m == 1:
         moved = (m * k + n * k + m * n) * work.problems[0][0].itemsize
         row["gbs"] = moved / (row["call_us"] * 1e3)
         row["device_gbs"] = moved / (row["device_us"] * 1e3)
-        row["pct_hbm_device"] = 100 * row["device_gbs"] / HBM_GBS
+        row["pct_hbm_device"] = 100 * row["device_gbs"] / (HBM_TBS * 1e3)
     log(
         f"  {dtype_name} {m}x{n}x{k} {row['config']} ({source}): call {row['call_us']:8.1f} us"
         f" (torch {row['torch_us']:8.1f}) x {row['x_torch']:5.2f}; GPU {row['device_us']:8.1f}"

@@ -42,7 +42,7 @@ from functools import cache
 from pathlib import Path
 
 from deepgemm import results
-from deepgemm.config import GemmConfig
+from deepgemm.config import ELEMENT_BYTES, GemmConfig
 from deepgemm.model import ceil_div
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
@@ -52,7 +52,6 @@ SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_K_TILES_PER_UNIT = 4  # a slice of K shorter than this cannot fill the pipeline it runs through
 SMEM_BYTES = 227 * 1024  # what one CTA may use
 EPILOGUE_BYTES = 32 * 1024 + 1024  # v5's store boxes and alignment slack
-ELEMENT_BYTES = 2
 CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
 FLOP_PER_CLOCK = 4096  # dense FP16/BF16 per SM per clock
 L2_BYTES_PER_CLOCK = 80  # operand bytes TMA delivers into one SM per clock (fitted, see above)
@@ -160,7 +159,12 @@ def table(directory: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
     if not path.is_file():
         return {}
     rows = json.loads(path.read_text())["rows"]
-    return {(r["dtype"], r["m"], r["n"], r["k"]): config_from_fields(r["config"]) for r in rows}
+    return {problem_key(r): config_from_fields(r["config"]) for r in rows}
+
+
+def problem_key(row: dict) -> tuple[str, int, int, int]:
+    """What an autotune entry is looked up by: dtype, M, N, K."""
+    return row["dtype"], row["m"], row["n"], row["k"]
 
 
 def pick_config(

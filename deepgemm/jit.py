@@ -235,24 +235,29 @@ def compile_source(source: str, defines: Mapping[str, int], arch: str = "sm_90a"
         return compile_file_report(path, "kernel", defines, arch)
 
 
-def cuobjdump() -> str:
-    """The cuobjdump binary (the nvidia-cuda-cuobjdump wheel that `make test` installs, or the toolkit's)."""
+def binary_utility(name: str) -> str:
+    """A CUDA binary utility, cuobjdump or nvdisasm: the nvidia-cuda-<name> wheel that `make test` installs,
+    or the toolkit's."""
     from cuda.pathfinder import find_nvidia_binary_utility  # only for reading SASS (tests, notebooks)
 
-    found = find_nvidia_binary_utility("cuobjdump") or shutil.which("cuobjdump")
+    found = find_nvidia_binary_utility(name) or shutil.which(name)
     if found is None:
-        raise RuntimeError("cuobjdump not found: `pip install nvidia-cuda-cuobjdump` (make test does)")
+        raise RuntimeError(f"{name} not found: `pip install nvidia-cuda-{name}` (make test does)")
     return found
+
+
+def read_cubin(cubin: bytes, tool: str, *options: str) -> str:
+    """What `tool options... file` prints for a cubin written to a temporary file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([binary_utility(tool), *options, str(path)], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
 
 
 def disassemble(cubin: bytes) -> str:
     """The SASS of a cubin, as `cuobjdump --dump-sass` prints it."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        return subprocess.run(
-            [cuobjdump(), "--dump-sass", str(path)], capture_output=True, text=True, check=True
-        ).stdout
+    return read_cubin(cubin, "cuobjdump", "--dump-sass")
 
 
 _SHT_SYMTAB = 2

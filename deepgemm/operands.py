@@ -9,6 +9,7 @@ zero-padded copy when it is not (the only place the library copies an input).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import cupy
@@ -52,8 +53,8 @@ def require_gpu(min_cc: tuple[int, int], stage: str, *, exact: bool = False) -> 
     if count == 0:
         raise RuntimeError(f"{stage} needs a CUDA GPU and none is visible")
     cc = compute_capability()
-    if cc < min_cc or (exact and cc != min_cc):  # the name is looked up only for the error: it costs ~1 ms
-        check_compute_capability(cc, device_name(), min_cc, stage, exact=exact)
+    if cc < min_cc or (exact and cc != min_cc):  # the name is looked up only for the error
+        check_compute_capability(cc, device_name(cupy.cuda.Device().id), min_cc, stage, exact=exact)
 
 
 def check_compute_capability(
@@ -65,8 +66,11 @@ def check_compute_capability(
         raise RuntimeError(f"{stage} needs compute capability {wanted}; {name} is {cc[0]}.{cc[1]}")
 
 
-def device_name() -> str:
-    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+@cache
+def device_name(device: int) -> str:
+    """The GPU's name, asked once per device: the properties query builds a dictionary of about a hundred
+    (~1 ms)."""
+    return cupy.cuda.runtime.getDeviceProperties(device)["name"].decode()
 
 
 def compute_capability() -> tuple[int, int]:

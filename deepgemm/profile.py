@@ -70,14 +70,19 @@ def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
     """ncu on one launch of `gemm_kernel`, or of cuBLAS's kernel for stage "cublas" (the second launch: the
     first may include module loading)."""
     ncu = ncu_binary()
-    target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
-    target += ["--k", str(k), "--dtype", dtype]
+    target = run_once_target(stage, m, n, k, dtype)
     return [
         ncu, "--clock-control", "none", "--csv", "--page", "raw",
         "--kernel-name", CUBLAS_KERNELS if stage == CUBLAS else "gemm_kernel",
         "--launch-skip", "1", "--launch-count", "1",
         "--metrics", ",".join(METRICS.values()), *target,
     ]  # fmt: skip
+
+
+def run_once_target(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
+    """The command ncu profiles: two launches of the stage (or cuBLAS) in a fresh interpreter."""
+    target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
+    return [*target, "--k", str(k), "--dtype", dtype]
 
 
 def parse_ncu_rows(text: str) -> list[dict[str, float | str]]:
@@ -90,7 +95,7 @@ def parse_ncu_rows(text: str) -> list[dict[str, float | str]]:
     header, _units, *rows = csv.reader(io.StringIO("\n".join(line for line in lines[start:] if line.startswith('"'))))
     if not rows:
         raise ValueError("ncu's table has no kernel rows:\n" + text[-2000:])
-    return [{name: _number(value) for name, value in zip(header, row)} for row in rows]
+    return [{name: parse_number(value) for name, value in zip(header, row)} for row in rows]
 
 
 def parse_ncu_csv(text: str) -> dict[str, float | str]:
@@ -98,7 +103,8 @@ def parse_ncu_csv(text: str) -> dict[str, float | str]:
     return parse_ncu_rows(text)[0]
 
 
-def _number(value: str) -> float | str:
+def parse_number(value: str) -> float | str:
+    """A number of ncu's CSV (thousands separated by commas) as a float; any other text as it is."""
     try:
         return float(value.replace(",", ""))
     except ValueError:

@@ -15,9 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import shutil
-import subprocess
-import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
@@ -26,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from deepgemm import stages
-from deepgemm.jit import LINEINFO_ENV, compile_report, kernel_path
-from deepgemm.profile import ncu_binary, run_ncu
+from deepgemm.jit import LINEINFO_ENV, compile_report, kernel_path, read_cubin
+from deepgemm.profile import ncu_binary, parse_number, run_ncu, run_once_target
 
 SAMPLES_ALL = "Warp Stall Sampling (All Samples)"
 SAMPLES_NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"
@@ -106,21 +103,7 @@ def role_of(body_line: int | None, ranges: dict[str, tuple[int, int]]) -> str:
 def compiled_lines(stage: str, defines: dict[str, int]) -> list[SassLine]:
     """The stage's gemm_kernel compiled here with -lineinfo and disassembled with its line table."""
     cubin = compile_report(stage, defines, options=("-lineinfo",)).cubin
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        text = subprocess.run([nvdisasm(), "-gi", "-c", str(path)], capture_output=True, text=True, check=True)
-    return function_lines(text.stdout)
-
-
-def nvdisasm() -> str:
-    """The nvdisasm binary (the nvidia-cuda-nvdisasm wheel, or the toolkit's)."""
-    from cuda.pathfinder import find_nvidia_binary_utility  # only for reading SASS
-
-    found = find_nvidia_binary_utility("nvdisasm") or shutil.which("nvdisasm")
-    if found is None:
-        raise RuntimeError("nvdisasm not found: `pip install nvidia-cuda-nvdisasm` (make test does)")
-    return found
+    return function_lines(read_cubin(cubin, "nvdisasm", "-gi", "-c"))
 
 
 def parse_source_csv(text: str) -> list[dict[str, Any]]:
@@ -131,17 +114,7 @@ def parse_source_csv(text: str) -> list[dict[str, Any]]:
     if start is None:
         raise ValueError("no per-instruction table in ncu's output:\n" + text[-2000:])
     header, *rows = csv.reader(io.StringIO("\n".join(lines[start:])))
-    return [{name: _number(value) for name, value in zip(header, row, strict=False)} for row in rows]
-
-
-def _number(value: str) -> Any:
-    try:
-        return int(value.replace(",", ""))
-    except ValueError:
-        try:
-            return float(value.replace(",", ""))
-        except ValueError:
-            return value
+    return [{name: parse_number(value) for name, value in zip(header, row, strict=False)} for row in rows]
 
 
 def joined(profiled: list[dict[str, Any]], compiled: list[SassLine]) -> list[dict[str, Any]]:
@@ -185,19 +158,16 @@ def by_line(rows: Iterable[dict[str, Any]], source: str, ranges: dict[str, tuple
 
 def source_command(stage: str, m: int, n: int, k: int, dtype: str, report: Path) -> list[str]:
     """ncu collecting SourceCounters on the second launch of `gemm_kernel` into `report`."""
-    target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
-    target += ["--k", str(k), "--dtype", dtype]
     return [
         ncu_binary(), "--clock-control", "none", "--section", "SourceCounters", "--import-source", "yes",
         "--kernel-name", "gemm_kernel", "--launch-skip", "1", "--launch-count", "1", "-f", "-o", str(report),
-        *target,
+        *run_once_target(stage, m, n, k, dtype),
     ]  # fmt: skip
 
 
 def profile_source(stage: str, m: int, n: int, k: int, dtype: str, timeout_s: float = 300) -> dict[str, Any]:
     """Run ncu on one launch of `stage` and return its stalls per kernel.cu line and role, and per instruction."""
-    launcher = stages.load(stage)
-    defines = {**launcher.DEFAULTS.defines(), "DTYPE_BF16": int(dtype == "bf16")}
+    defines = stages.default_defines(stage, dtype)
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "source"
         run_ncu(source_command(stage, m, n, k, dtype, report), timeout_s, env={LINEINFO_ENV: "1"})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from deepgemm.dtypes import dtype_defines, input_dtype
+
 STAGES = (
     "v0_naive",
     "v1_tiled",
@@ -34,3 +36,8 @@ def parse_stages(spec: str) -> list[str]:
 def load(stage: str) -> ModuleType:
     """The stage's launch module (it has MIN_CC, DEFAULTS, plan and gemm)."""
     return importlib.import_module(f"stages.{stage_name(stage)}.launch")
+
+
+def default_defines(stage: str, dtype_name: str = "fp16") -> dict[str, int]:
+    """The defines the stage's launcher compiles its default config with, for one input dtype."""
+    return {**load(stage).DEFAULTS.defines(), **dtype_defines(input_dtype(dtype_name))}

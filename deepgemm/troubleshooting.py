@@ -26,9 +26,8 @@ class Symptom:
 
 def compile_error(arch: str) -> str:
     """The first error line of compiling v5 for `arch` (through NVRTC, no GPU needed)."""
-    defines = {**stages.load("v5_fused").DEFAULTS.defines(), "DTYPE_BF16": 0}
     try:
-        compile_report("v5_fused", defines, arch)
+        compile_report("v5_fused", stages.default_defines("v5_fused"), arch)
     except RuntimeError as err:
         found = next(line for line in str(err).splitlines() if "error" in line)
         return " ".join(found.replace("\0", "").split())  # the log's NUL separators and padding out

@@ -1,39 +1,29 @@
 """Where a small call's time goes: the host path piece by piece, and the GPU time with the host hidden.
 
 `python -m lab.call_probe` (GPU and PyTorch needed) prints two tables and writes JSON to $OUT or /tmp:
-- host: microseconds per call of each piece of `deepgemm.gemm`'s cached path (torch inputs), the least of
-  five repeats of 2000 calls (launches: 200, the GPU drained between repeats);
-- device: GPU µs per call of v5 configs and torch.matmul with the launch queue filled first (a
-  `torch.cuda._sleep` holds the stream while the host queues 60 calls), so the host's time is hidden.
+- host: microseconds per call of each piece of `deepgemm.gemm`'s cached path (torch inputs), as the harness
+  times a call's host cost (`timing.host_us_per_call`);
+- device: GPU µs per call of v5 configs and torch.matmul with the host's time hidden
+  (`timing.device_us_per_call`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
+from functools import partial
 
+import cupy
 import torch
 
 import deepgemm
 from deepgemm import api
 from deepgemm.config import GemmConfig
 from deepgemm.frameworks import framework_of
+from deepgemm.timing import device_us_per_call, host_us_per_call
 
 SETS = 4  # input sets rotated: 4 x 32 MB of B at N = K = 4096 is more than the 60 MB L2
-
-
-def best_us(fn: Callable[[], object], calls: int = 2000, repeats: int = 5, sync: bool = False) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, time.perf_counter() - start)
-        if sync:
-            torch.cuda.synchronize()
-    return 1e6 * best / calls
+PIECE_CALLS = 2000  # the pieces that launch nothing are cheap: more calls per repeat
 
 
 def host_pieces(m: int, n: int, k: int) -> dict[str, float]:
@@ -58,7 +48,7 @@ def host_pieces(m: int, n: int, k: int) -> dict[str, float]:
         "plan_key": lambda: api.plan_key(fw, a, b, None, None, None, None, None),
         "dict get": lambda: api._PLANS.get(key),
         "getDevice": torch.cuda.current_device,
-        "cupy getDevice": __import__("cupy").cuda.runtime.getDevice,
+        "cupy getDevice": cupy.cuda.runtime.getDevice,
         "new_empty": lambda: a.new_empty((m, n)),
         "torch.empty": lambda: torch.empty((m, n), device="cuda", dtype=torch.bfloat16),
         "data_ptr": a.data_ptr,
@@ -66,27 +56,11 @@ def host_pieces(m: int, n: int, k: int) -> dict[str, float]:
         "repoint (changed)": repoint,
         "setter f32": lambda: setters[4][1](1.0),
     }
-    found = {name: best_us(fn) for name, fn in pieces.items()}
-    found["cuLaunchKernel"] = best_us(lambda: raw.launch(stream), calls=200, sync=True)
-    found["deepgemm.gemm"] = best_us(lambda: deepgemm.gemm(a, b), calls=200, sync=True)
-    found["torch.matmul"] = best_us(lambda: torch.matmul(a, b), calls=200, sync=True)
+    found = {name: host_us_per_call([fn], calls=PIECE_CALLS) for name, fn in pieces.items()}
+    found["cuLaunchKernel"] = host_us_per_call([lambda: raw.launch(stream)])
+    found["deepgemm.gemm"] = host_us_per_call([lambda: deepgemm.gemm(a, b)])
+    found["torch.matmul"] = host_us_per_call([lambda: torch.matmul(a, b)])
     return found
-
-
-def device_us(fn: Callable[[int], object], calls: int = 60, repeats: int = 5) -> float:
-    """GPU µs per call with the queue filled first: the host's time per call is hidden behind a sleep."""
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(20_000_000)  # ~10 ms at 1.98 GHz: longer than queueing 60 calls
-        start.record()
-        for i in range(calls):
-            fn(i)
-        end.record()
-        end.synchronize()
-        times.append(1e3 * start.elapsed_time(end) / calls)
-    return sorted(times)[len(times) // 2]
 
 
 CONFIGS = {
@@ -108,13 +82,13 @@ def device_table() -> list[dict]:
     for m, n, k in SHAPES:
         sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
                  torch.randn(k, n, device="cuda", dtype=torch.bfloat16)) for _ in range(SETS)]  # fmt: skip
-        row = {"m": m, "n": n, "k": k, "torch": device_us(lambda i, sets=sets: torch.matmul(*sets[i % SETS]))}
+        row = {"m": m, "n": n, "k": k, "torch": device_us_per_call([partial(torch.matmul, *ab) for ab in sets])}
         expected = torch.matmul(sets[0][0].double(), sets[0][1].double())
         for name, cfg in CONFIGS.items():
             try:
                 got = deepgemm.gemm(*sets[0], config=cfg).double()
                 err = float((got - expected).abs().max() / expected.abs().max())
-                us = device_us(lambda i, cfg=cfg, sets=sets: deepgemm.gemm(*sets[i % SETS], config=cfg))
+                us = device_us_per_call([partial(deepgemm.gemm, *ab, config=cfg) for ab in sets])
                 row[name] = us if err < 1e-2 else f"wrong {err:.3g}"
             except (ValueError, RuntimeError) as error:
                 row[name] = f"error: {str(error)[:60]}"

@@ -13,7 +13,7 @@ PORTABLE_STAGES = ("v0_naive", "v1_tiled", "v2_mma_sync")  # also built for sm_8
 
 def launcher_defines(stage: str, bf16: bool, **extra: int) -> tuple[tuple[str, int], ...]:
     """The defines the stage's launcher compiles with by default, as a hashable key."""
-    defines = {**stages.load(stage).DEFAULTS.defines(), "DTYPE_BF16": int(bf16), **extra}
+    defines = {**stages.default_defines(stage, "bf16" if bf16 else "fp16"), **extra}
     return tuple(sorted(defines.items()))
 
 

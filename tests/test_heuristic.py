@@ -101,7 +101,7 @@ def test_recording_merges_by_shape_and_keeps_every_run(tmp_path, monkeypatch):
 
 def test_the_recorded_table_holds_the_fastest_verified_candidate_of_every_shape():
     rows = results.load("autotune")["rows"]
-    assert {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows} == {
+    assert {heuristic.problem_key(r) for r in rows} == {
         (d, *s) for d in ("fp16", "bf16") for s in call_suite.shape_table()
     }
     for row in rows:
@@ -120,11 +120,11 @@ def test_the_shape_table_is_the_issues():
 def test_the_recorded_shape_table_ran_the_tables_configs_and_verified_every_row():
     record = results.load("shapes")
     rows = record["rows"]
-    tuned = {(r["dtype"], r["m"], r["n"], r["k"]): r["name"] for r in results.load("autotune")["rows"]}
+    tuned = {heuristic.problem_key(r): r["name"] for r in results.load("autotune")["rows"]}
     assert len(rows) == 2 * len(call_suite.shape_table())
     for row in rows:
         assert row["passed"] and row["torch_passed"], row
-        assert row["config"] == tuned[(row["dtype"], row["m"], row["n"], row["k"])] and row["config_source"] == "table"
+        assert row["config"] == tuned[heuristic.problem_key(row)] and row["config_source"] == "table"
         assert row["x_torch"] == pytest.approx(row["torch_us"] / row["call_us"])
         assert row["x_torch_device"] == pytest.approx(row["torch_device_us"] / row["device_us"])
         assert ("device_gbs" in row) == (row["m"] == 1)
