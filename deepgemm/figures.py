@@ -314,11 +314,7 @@ def swizzle_map(highlight_chunk: int = 0) -> Figure:
     return fig
 
 
-# What one tensor-core instruction computes (rows x columns of C) where it is fixed; wgmma's N is the
-# stage's BLOCK_N (m64nNk16), read from the config, and v0/v1 compute on CUDA cores, an element a time.
-INSTRUCTION_TILES = {
-    "v2_mma_sync": ((16, 8), "mma.sync m16n8k16"),
-}
+MMA_SYNC_TILE = (16, 8)  # rows x columns of C one mma.sync m16n8k16 computes (v2); wgmma's N is BLOCK_N
 
 
 def stage_tiles(stage: str) -> list[tuple[str, int, int, int]]:
@@ -336,9 +332,9 @@ def stage_tiles(stage: str) -> list[tuple[str, int, int, int]]:
         return [*levels, ("thread", tm, tn, (bm // tm) * (bn // tn))]
     if stage == "v2_mma_sync":
         wm, wn = cfg.value("WARPS_M"), cfg.value("WARPS_N")
-        (im, inn), name = INSTRUCTION_TILES[stage]
+        im, inn = MMA_SYNC_TILE
         per_warp = (bm // wm // im) * (bn // wn // inn)
-        return [*levels, ("warp", bm // wm, bn // wn, wm * wn), (name, im, inn, per_warp)]
+        return [*levels, ("warp", bm // wm, bn // wn, wm * wn), ("mma.sync m16n8k16", im, inn, per_warp)]
     return [*levels, ("consumer warpgroup", 64, bn, bm // 64), (f"wgmma m64n{bn}k16", 64, bn, 1)]
 
 

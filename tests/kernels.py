@@ -37,6 +37,11 @@ def block_threads(stage: str, report: CompileReport) -> int:
     return report.launch_facts().threads
 
 
+def normalised_sass(code: str, name: str) -> list[str]:
+    """One function's SASS lines with runs of blanks collapsed (cuobjdump pads to the widest line)."""
+    return [" ".join(line.split()) for line in function_sass(code, name).splitlines() if line.strip()]
+
+
 def function_sass(code: str, name: str) -> str:
     """One function's part of a cubin's SASS (kernel.cu may hold several kernels)."""
     for part in code.split("Function : ")[1:]:
