@@ -49,12 +49,11 @@ def test_recorded_ratios_agree_with_the_rates(progression):
 
 def _sass_of(source: str, defines: dict[str, int]) -> str:
     """The SASS of `gemm_kernel`, the kernel the records time, as a source compiles it (NVRTC, sm_90a)."""
-    from kernels import function_sass
+    from kernels import normalised_sass
 
     from deepgemm.jit import compile_source, disassemble
 
-    gemm = function_sass(disassemble(compile_source(source, defines).cubin), "gemm_kernel")
-    return "\n".join(" ".join(line.split()) for line in gemm.splitlines())  # cuobjdump pads to the widest line
+    return "\n".join(normalised_sass(disassemble(compile_source(source, defines).cubin), "gemm_kernel"))
 
 
 def test_kernels_are_the_ones_recorded(progression):

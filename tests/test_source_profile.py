@@ -13,13 +13,9 @@ from deepgemm import source_profile as sp
 from deepgemm.jit import compile_report, disassemble, kernel_path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import function_sass, launcher_defines
+from kernels import function_sass, launcher_defines, normalised_sass
 
 WARP_SPECIALISED = ("v4_pipeline_swizzle", "v5_fused")
-
-
-def _normalised(code: str) -> list[str]:
-    return [" ".join(line.split()) for line in code.splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("stage", WARP_SPECIALISED)
@@ -28,7 +24,7 @@ def test_a_line_table_leaves_the_sass_as_it_is(stage):
     defines = dict(launcher_defines(stage, False))
     plain = disassemble(compile_report(stage, defines).cubin)
     lined = disassemble(compile_report(stage, defines, options=("-lineinfo",)).cubin)
-    assert _normalised(function_sass(plain, "gemm_kernel")) == _normalised(function_sass(lined, "gemm_kernel"))
+    assert normalised_sass(plain, "gemm_kernel") == normalised_sass(lined, "gemm_kernel")
 
 
 @pytest.mark.parametrize("stage", WARP_SPECIALISED)
