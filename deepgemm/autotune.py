@@ -23,6 +23,7 @@ from deepgemm.bench import Workload
 from deepgemm.check import verify
 from deepgemm.config import GemmConfig
 from deepgemm.heuristic import TABLE_NAME, config_fields, config_name, problem_key, table
+from deepgemm.launch import device_limits
 from deepgemm.stages import load
 from deepgemm.timing import device_us_per_call
 
@@ -42,7 +43,7 @@ def tune_shape(
 ) -> dict[str, Any]:
     """Verify and time every candidate at one shape and dtype: the table's row, with every candidate's time."""
     v5 = load("v5_fused")
-    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    sm_count = device_limits(cupy.cuda.Device().id)["sm_count"]
     work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
     timed = []
     for name, cfg in candidate_configs(m, n, k, sm_count).items():
