@@ -6,8 +6,8 @@ occupancy query and the tensor maps produced, and a parameter buffer for `cuLaun
 (`driver.RawLaunch`). A call whose key has a plan reads the metadata off the caller's arrays, allocates the
 output in the caller's framework, re-points the tensor maps at this call's arrays and launches on the
 caller's current stream: no checks, no DLPack, no CuPy launch. An operand TMA cannot read as it lies (a row
-stride that is not a multiple of 16 bytes) is copied by the stage on every call, so such a key's plan runs
-the stage's planning each time, copy included.
+stride that is not a multiple of 16 bytes) is copied by each call into a row-padded buffer of the caller's
+framework, and an output TMA cannot write is written padded and copied back; the plan stays.
 
 A call without a config runs the one this GPU's autotune table holds for its problem, or else the
 heuristic's pick (`deepgemm.heuristic`): tile width, cluster, split-K and pipeline depth by shape.
@@ -108,19 +108,22 @@ def plan_key(
 def make_plan(
     framework: Cupy | Torch, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
 ) -> tuple[Launched | Replanned, Any]:
-    """Check the call, compile and plan it: a `Launched` plan where the kernels read the operands in place,
-    and None (the plan then makes the call); else a `Replanned` one, with this call's result, computed by
-    the launch just planned (its copies included), so that they are not made twice."""
+    """Check the call, compile and plan it: a `Launched` plan where the kernels read the operands in place
+    or from copies each call can make (`KernelLaunch.staged`), and None (the plan then makes the call);
+    else a `Replanned` one, with this call's result, computed by the launch just planned (its copies
+    included), so that they are not made twice."""
     device = framework.meta(a)[3]
     launch, target = stage_launch(framework, device, a, b, bias, alpha, out, options)
-    if not launch.in_place:
+    staged = {name: shape for k in launch.launches for name, shape in k.staged.items()}
+    if not (launch.in_place or staged):
         run_on_stream(framework, device, launch)
         return Replanned(framework, device, options), target
     steps = [(RawLaunch(k.kernel.kernel.ptr, k.grid[0], k.block[0], k.shared_mem, k.args), k) for k in launch.launches]
     bias_in_place = bias is None or framework.is_float32_vector(framework.meta(bias))
     workspace = None if launch.workspace is None else launch.workspace.shape
     out_dtype = framework.framework_dtype(launch.out.dtype)
-    return Launched(framework, device, steps, launch.out.shape, out_dtype, bias_in_place, workspace), None
+    plan = Launched(framework, device, steps, launch.out.shape, out_dtype, bias_in_place, workspace, staged)
+    return plan, None
 
 
 def stage_launch(
@@ -175,10 +178,17 @@ class Launched:
         out_dtype: Any,
         bias_in_place: bool,
         workspace: tuple[int, int] | None,
+        staged: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         self.framework, self.device = framework, device
         self.out_shape, self.out_dtype, self.bias_in_place = out_shape, out_dtype, bias_in_place
         self.workspace, self.workspace_dtype = workspace, framework.framework_dtype(FLOAT32)
+        # Operands TMA cannot read as they lie (rows not a multiple of 16 bytes): each call copies them into
+        # buffers of these shapes, row-padded like the copies the maps were encoded for; an out TMA cannot
+        # write is written padded and copied back.
+        staged = staged or {}
+        self.staged_in = {name: staged[name] for name in ("a", "b") if name in staged}
+        self.staged_out = staged.get("out")
         # Per kernel: its launch, what each call writes into its parameters, and its name for errors.
         self.steps = [(raw, raw.setters(launch.slots), launch.kernel.name) for raw, launch in steps]
         self.lock = threading.Lock()  # one parameter buffer per kernel: written and launched by one thread at a time
@@ -199,6 +209,20 @@ class Launched:
         scratch = None if self.workspace is None else fw.empty(self.workspace, self.workspace_dtype, a)
         if scratch is not None:  # split-K's partial sums, allocated on the kernels' stream
             values["workspace"] = fw.pointer(scratch)
+        # Held until the kernels are queued: a buffer dropped earlier goes back to the framework's allocator,
+        # which may hand its memory to the next one (the padded out) for the same kernel to write into.
+        staged = []
+        for name, shape in self.staged_in.items():  # copied on the kernels' stream, so they live until read
+            source = a if name == "a" else b.T  # as the kernel reads it: (M or N, K)
+            k = source.shape[1]
+            padded = (fw.zeros if shape[1] > k else fw.empty)(shape, source.dtype, a)  # the map reads K's padding
+            fw.copy(padded[:, :k], source)
+            values[name] = fw.pointer(padded)
+            staged.append(padded)
+        written = None if self.staged_out is None else fw.empty(self.staged_out, self.out_dtype, a)
+        if written is not None:
+            written = written[:, : self.out_shape[1]]
+            values["out"] = fw.pointer(written)
         stream = fw.stream(self.device)
         with self.lock:
             for raw, setters, name in self.steps:
@@ -209,12 +233,15 @@ class Launched:
                     with cupy.cuda.Device(self.device):
                         status = raw.launch(stream)
                 check(status, f"cuLaunchKernel of {name}")
+        if written is not None:
+            fw.copy(result, written)
+        del staged  # the copies are queued before the kernels on this stream: their memory may be reused now
         return result
 
 
 class Replanned:
-    """A call planned anew each time: operands TMA cannot read as they lie (the stage copies them), or
-    arguments that are not arrays of the caller's framework (the checks name what is wrong)."""
+    """A call planned anew each time: arguments that are not arrays of the caller's framework (the checks
+    name what is wrong), or a launch whose copies a plan cannot repeat."""
 
     def __init__(self, framework: Cupy | Torch, device: int | None, options: dict[str, Any]) -> None:
         self.framework, self.device, self.options = framework, device, options

@@ -49,6 +49,9 @@ class KernelLaunch:
     # The arguments a library call changes, by name ("a", "b", "out", "workspace", "bias", "alpha"): their
     # position in `args` and kind ("map": a tensor map to re-point, "ptr": a pointer, "f32": a float).
     slots: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # The copies TMA reads or writes instead of the caller's arrays, by name ("a", "b", "out"): the shape
+    # of the buffer each is a view of (rows, padded columns), so that a library call can make its own.
+    staged: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         limits = device_limits(cupy.cuda.Device().id)
@@ -242,4 +245,10 @@ def tma_gemm_launch(
         keep_alive=(a_x, b_x, *keep_alive),
         written=written,
         in_place=not (a_copied or b_copied or written is not None),
+        staged=staged_buffers({"a": a_x if a_copied else None, "b": b_x if b_copied else None, "out": written}),
     )
+
+
+def staged_buffers(copies: dict[str, cupy.ndarray | None]) -> dict[str, tuple[int, int]]:
+    """The buffer shape (rows, padded columns) behind each row-padded copy a launch reads or writes."""
+    return {name: (x.shape[0], x.strides[0] // x.itemsize) for name, x in copies.items() if x is not None}
