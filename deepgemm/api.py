@@ -10,7 +10,10 @@ stride that is not a multiple of 16 bytes) is copied by each call into a row-pad
 framework, and an output TMA cannot write is written padded and copied back; the plan stays.
 
 A call without a config runs the one this GPU's autotune table holds for its problem, or else the
-heuristic's pick (`deepgemm.heuristic`): tile width, cluster, split-K and pipeline depth by shape.
+heuristic's pick (`deepgemm.heuristic`): tile width, cluster, split-K and pipeline depth by shape. A
+split-K launch's partial sums and counters come from one scratch pair per device and stream, allocated in
+the caller's framework and grown when a launch needs more: launches on one stream run one after another,
+and each leaves the counters zero for the next.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, RawLaunch, check
 from deepgemm.dtypes import FLOAT32, dtype_name
 from deepgemm.frameworks import Cupy, Torch, framework_of
 from deepgemm.heuristic import pick_config
-from deepgemm.launch import KernelLaunch, LaunchSequence, device_limits
+from deepgemm.launch import KernelLaunch, device_limits
 from deepgemm.operands import Problem, as_device_array, check_problem, device_name, require_gpu
 from deepgemm.tma import read_in_place
 
@@ -114,21 +117,18 @@ def make_plan(
     included), so that they are not made twice."""
     device = framework.meta(a)[3]
     launch, target = stage_launch(framework, device, a, b, bias, alpha, out, options)
-    staged = {name: shape for k in launch.launches for name, shape in k.staged.items()}
-    if not (launch.in_place or staged):
+    if not (launch.in_place or launch.staged):
         run_on_stream(framework, device, launch)
         return Replanned(framework, device, options), target
-    steps = [(RawLaunch(k.kernel.kernel.ptr, k.grid[0], k.block[0], k.shared_mem, k.args), k) for k in launch.launches]
     bias_in_place = bias is None or framework.is_float32_vector(framework.meta(bias))
-    workspace = None if launch.workspace is None else launch.workspace.shape
     out_dtype = framework.framework_dtype(launch.out.dtype)
-    plan = Launched(framework, device, steps, launch.out.shape, out_dtype, bias_in_place, workspace, staged)
-    return plan, None
+    raw = RawLaunch(launch.kernel.kernel.ptr, launch.grid[0], launch.block[0], launch.shared_mem, launch.args)
+    return Launched(framework, device, raw, launch, out_dtype, bias_in_place), None
 
 
 def stage_launch(
     framework: Cupy | Torch, device: int, a: Any, b: Any, bias: Any, alpha: float, out: Any, options: dict[str, Any]
-) -> tuple[KernelLaunch | LaunchSequence, Any]:
+) -> tuple[KernelLaunch, Any]:
     """The stage's plan of this call, with the output (`out`, or allocated by the framework) it writes."""
     stage = stages.load(LIBRARY_STAGE)
     with cupy.cuda.Device(device), framework.on_stream(device):
@@ -160,38 +160,55 @@ def config_of(a: Any, b: Any, **options: Any) -> tuple[GemmConfig, str]:
     return chosen_config(problem, problem.a.device.id)
 
 
-def run_on_stream(framework: Cupy | Torch, device: int, launch: KernelLaunch | LaunchSequence) -> None:
+def run_on_stream(framework: Cupy | Torch, device: int, launch: KernelLaunch) -> None:
     """A stage's planned launch (CuPy's) on the caller's current stream of `device`."""
     with cupy.cuda.Device(device), framework.on_stream(device):
         launch()
 
 
+_SCRATCH: dict[tuple[str, int, int], tuple[Any, Any]] = {}  # (framework, device, stream) -> split-K's scratch
+_SCRATCH_LOCK = threading.Lock()
+
+
+def split_k_scratch(fw: Cupy | Torch, device: int, stream: int, need: tuple[int, int], like: Any) -> tuple[int, int]:
+    """Pointers to at least need[0] fp32 partials and need[1] zeroed counters for a split-K launch on
+    `stream`. The pair is shared by every plan on that stream and regrown (the old pair freed in stream
+    order, after the launches queued on it) when a launch needs more."""
+    key = (fw.name, device, stream)
+    with _SCRATCH_LOCK:
+        held = _SCRATCH.get(key)
+        if held is None or held[0].shape[1] < need[0] or held[1].shape[1] < need[1]:
+            have = (0, 0) if held is None else (held[0].shape[1], held[1].shape[1])
+            f32 = fw.framework_dtype(FLOAT32)
+            partials = fw.empty((1, max(need[0], have[0])), f32, like)
+            counters = fw.zeros((1, max(need[1], have[1])), f32, like)  # all-zero bits: unsigned 0 in the kernel
+            held = _SCRATCH[key] = (partials, counters)
+    return fw.pointer(held[0]), fw.pointer(held[1])
+
+
 class Launched:
-    """A planned call whose kernels read the operands in place: a call re-points and launches."""
+    """A planned call whose kernel reads the operands in place: a call re-points and launches."""
 
     def __init__(
         self,
         framework: Cupy | Torch,
         device: int,
-        steps: list[tuple[RawLaunch, KernelLaunch]],
-        out_shape: tuple[int, int],
+        raw: RawLaunch,
+        launch: KernelLaunch,
         out_dtype: Any,
         bias_in_place: bool,
-        workspace: tuple[int, int] | None,
-        staged: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         self.framework, self.device = framework, device
-        self.out_shape, self.out_dtype, self.bias_in_place = out_shape, out_dtype, bias_in_place
-        self.workspace, self.workspace_dtype = workspace, framework.framework_dtype(FLOAT32)
+        self.out_shape, self.out_dtype, self.bias_in_place = launch.out.shape, out_dtype, bias_in_place
+        self.scratch = launch.scratch if launch.scratch[0] else None
         # Operands TMA cannot read as they lie (rows not a multiple of 16 bytes): each call copies them into
         # buffers of these shapes, row-padded like the copies the maps were encoded for; an out TMA cannot
         # write is written padded and copied back.
-        staged = staged or {}
-        self.staged_in = {name: staged[name] for name in ("a", "b") if name in staged}
-        self.staged_out = staged.get("out")
-        # Per kernel: its launch, what each call writes into its parameters, and its name for errors.
-        self.steps = [(raw, raw.setters(launch.slots), launch.kernel.name) for raw, launch in steps]
-        self.lock = threading.Lock()  # one parameter buffer per kernel: written and launched by one thread at a time
+        self.staged_in = {name: launch.staged[name] for name in ("a", "b") if name in launch.staged}
+        self.staged_out = launch.staged.get("out")
+        # The launch (its parameter buffer), what each call writes into its parameters, its name for errors.
+        self.raw, self.setters, self.name = raw, raw.setters(launch.slots), launch.kernel.name
+        self.lock = threading.Lock()  # one parameter buffer: written and launched by one thread at a time
 
     def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
         if cupy.cuda.runtime.getDevice() != self.device:  # the kernels are loaded in the device's primary context
@@ -206,13 +223,13 @@ class Launched:
             bias = fw.float32_vector(bias)  # on the same stream as the kernels: it lives until they ran
         values = {"a": fw.pointer(a), "b": fw.pointer(b), "out": fw.pointer(result), "alpha": alpha}
         values["bias"] = 0 if bias is None else fw.pointer(bias)
-        scratch = None if self.workspace is None else fw.empty(self.workspace, self.workspace_dtype, a)
-        if scratch is not None:  # split-K's partial sums, allocated on the kernels' stream
-            values["workspace"] = fw.pointer(scratch)
-        # Held until the kernels are queued: a buffer dropped earlier goes back to the framework's allocator,
+        stream = fw.stream(self.device)
+        if self.scratch is not None:
+            values["partials"], values["counters"] = split_k_scratch(fw, self.device, stream, self.scratch, a)
+        # Held until the kernel is queued: a buffer dropped earlier goes back to the framework's allocator,
         # which may hand its memory to the next one (the padded out) for the same kernel to write into.
         staged = []
-        for name, shape in self.staged_in.items():  # copied on the kernels' stream, so they live until read
+        for name, shape in self.staged_in.items():  # copied on the kernel's stream, so they live until read
             source = a if name == "a" else b.T  # as the kernel reads it: (M or N, K)
             k = source.shape[1]
             padded = (fw.zeros if shape[1] > k else fw.empty)(shape, source.dtype, a)  # the map reads K's padding
@@ -223,19 +240,17 @@ class Launched:
         if written is not None:
             written = written[:, : self.out_shape[1]]
             values["out"] = fw.pointer(written)
-        stream = fw.stream(self.device)
         with self.lock:
-            for raw, setters, name in self.steps:
-                for slot, write in setters:
-                    write(values[slot])
-                status = raw.launch(stream)
-                if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make it current
-                    with cupy.cuda.Device(self.device):
-                        status = raw.launch(stream)
-                check(status, f"cuLaunchKernel of {name}")
+            for slot, write in self.setters:
+                write(values[slot])
+            status = self.raw.launch(stream)
+            if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make it current
+                with cupy.cuda.Device(self.device):
+                    status = self.raw.launch(stream)
+            check(status, f"cuLaunchKernel of {self.name}")
         if written is not None:
             fw.copy(result, written)
-        del staged  # the copies are queued before the kernels on this stream: their memory may be reused now
+        del staged  # the copies are queued before the kernel on this stream: their memory may be reused now
         return result
 
 

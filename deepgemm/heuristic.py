@@ -18,9 +18,11 @@ The model (`estimate_us`) prices a configuration as a persistent kernel runs it:
 - **HBM** bounds the whole: A, B and C each cross it once, at `HBM_GBS`. Small M is this case: at M = 1
   the kernel only has to stream B (32 MB at N = K = 4096), and the model asks for enough units (split-K)
   that every SM streams part of it.
-- **Fixed costs**: a launch, and for split-K a second launch plus the fp32 partials written and read back.
+- **Fixed costs**: a launch, and for split-K the fp32 partials written and read back and the last slice's
+  sum before its epilogue, in the same kernel.
 
-`candidates` lists the configurations considered: BLOCK_N 64 to 256, clusters of two along M only where
+`candidates` lists the configurations considered: BLOCK_M 128 or 64 (one consumer warpgroup: half the
+rows of A per k-tile, for M <= 64), BLOCK_N 64 to 256, clusters of two along M only where
 there is more than one round of tiles to share B across (DeepGEMM's rule: multicast only with more than one
 wave), split-K only while the tiles alone leave SMs idle, and as many pipeline stages as fit. The pick is
 the cheapest by the model; ties go to the larger tile. The autotune table (`deepgemm.autotune`) replaces
@@ -45,7 +47,7 @@ from deepgemm import results
 from deepgemm.config import ELEMENT_BYTES, GemmConfig
 from deepgemm.model import ceil_div
 
-BLOCK_M = 128  # two consumer warpgroups of 64 rows
+BLOCK_MS = (128, 64)  # two consumer warpgroups of 64 rows, or one
 BLOCK_K = 64
 BLOCK_NS = (256, 192, 128, 64)  # the wgmma N v5 issues, widest first (ties go to the first)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -58,13 +60,14 @@ L2_BYTES_PER_CLOCK = 80  # operand bytes TMA delivers into one SM per clock (fit
 K_TILE_OVERHEAD_CLOCKS = 192  # per k-tile besides the MMAs: barrier hand-offs, wgmma issue, drain (fitted)
 HBM_GBS = 4000.0  # sustained HBM bandwidth, GB/s (4.8 TB/s on the datasheet)
 LAUNCH_US = 4.0  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue
-REDUCE_LAUNCH_US = 6.0  # split-K's second kernel and its wait for the first (fitted)
+SPLIT_SUM_US = 2.0  # split-K: the last slice reads every partial back before its epilogue
 
 
 @dataclass(frozen=True)
 class Choice:
     """A configuration and what the model says of it."""
 
+    block_m: int
     block_n: int
     cluster_m: int
     split_k: int
@@ -73,38 +76,41 @@ class Choice:
 
     def config(self) -> GemmConfig:
         extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": 1, "SPLIT_K": self.split_k}
-        return GemmConfig(block_m=BLOCK_M, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
+        return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
         return config_name(self.config())
 
 
 def config_name(cfg: GemmConfig) -> str:
-    """A config as a short label: 'n256 c2 s1 st4' (BLOCK_N, CLUSTER_M, SPLIT_K, NUM_STAGES)."""
-    extra = cfg.extra
-    return f"n{cfg.block_n} c{extra.get('CLUSTER_M', 1)} s{extra.get('SPLIT_K', 1)} st{cfg.num_stages}"
+    """A config as a short label: 'n256 c2 s1 st4' (BLOCK_N, CLUSTER_M, SPLIT_K, NUM_STAGES), with 'm64 '
+    in front for BLOCK_M 64."""
+    extra, rows = cfg.extra, "m64 " if cfg.block_m == 64 else ""
+    return f"{rows}n{cfg.block_n} c{extra.get('CLUSTER_M', 1)} s{extra.get('SPLIT_K', 1)} st{cfg.num_stages}"
 
 
-def max_stages(block_n: int) -> int:
-    """As many pipeline stages of a 128 x 64 A tile and a BLOCK_N x 64 B tile as fit beside the epilogue."""
-    stage_bytes = (BLOCK_M + block_n) * BLOCK_K * ELEMENT_BYTES
+def max_stages(block_n: int, block_m: int = 128) -> int:
+    """As many pipeline stages of a BLOCK_M x 64 A tile and a BLOCK_N x 64 B tile as fit beside the epilogue."""
+    stage_bytes = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES
     return (SMEM_BYTES - EPILOGUE_BYTES) // stage_bytes
 
 
-def estimate_us(m: int, n: int, k: int, block_n: int, cluster_m: int, split_k: int, sm_count: int) -> float:
+def estimate_us(
+    m: int, n: int, k: int, block_n: int, cluster_m: int, split_k: int, sm_count: int, block_m: int = 128
+) -> float:
     """The model's time for one call (module docstring)."""
-    tiles_m, tiles_n = ceil_div(m, BLOCK_M), ceil_div(n, block_n)
+    tiles_m, tiles_n = ceil_div(m, block_m), ceil_div(n, block_n)
     units = ceil_div(tiles_m, cluster_m) * tiles_n * split_k
     slots = sm_count // cluster_m
     k_tiles = ceil_div(ceil_div(k, BLOCK_K), split_k)
-    mma_clocks = BLOCK_M * block_n * BLOCK_K * 2 / FLOP_PER_CLOCK
-    load_clocks = (BLOCK_M + block_n / cluster_m) * BLOCK_K * ELEMENT_BYTES / L2_BYTES_PER_CLOCK
+    mma_clocks = block_m * block_n * BLOCK_K * 2 / FLOP_PER_CLOCK
+    load_clocks = (block_m + block_n / cluster_m) * BLOCK_K * ELEMENT_BYTES / L2_BYTES_PER_CLOCK
     unit_us = k_tiles * (max(mma_clocks, load_clocks) + K_TILE_OVERHEAD_CLOCKS) / (CLOCK_GHZ * 1e3)
     hbm_bytes = (m * k + n * k + m * n) * ELEMENT_BYTES
     fixed = LAUNCH_US
     if split_k > 1:
         hbm_bytes += 2 * 4 * m * n * split_k  # fp32 partials written, then read back
-        fixed += REDUCE_LAUNCH_US
+        fixed += SPLIT_SUM_US
     return max(ceil_div(units, slots) * unit_us, hbm_bytes / (HBM_GBS * 1e3)) + fixed
 
 
@@ -112,18 +118,21 @@ def candidates(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False) 
     """Every configuration the heuristic weighs for this problem, cheapest first (module docstring)."""
     found = []
     k_tiles = ceil_div(k, BLOCK_K)
-    for block_n in BLOCK_NS:
-        tiles = ceil_div(m, BLOCK_M) * ceil_div(n, block_n)
-        for cluster_m in (2, 1):
-            if cluster_m > 1 and (ceil_div(m, BLOCK_M) < 2 or tiles <= sm_count):
-                continue  # nothing to share B with, or one round: multicast only pays across rounds
-            if b_mn_major and (block_n // cluster_m) % 64:
-                continue  # an MN-major B arrives in 64-wide boxes: each CTA's part must be whole boxes
-            for split in SPLITS:
-                if split > 1 and (tiles * 2 > sm_count or k_tiles < split * MIN_K_TILES_PER_UNIT):
-                    continue
-                estimate = estimate_us(m, n, k, block_n, cluster_m, split, sm_count)
-                found.append(Choice(block_n, cluster_m, split, max_stages(block_n), estimate))
+    for block_m in BLOCK_MS:
+        if block_m < 128 and m > block_m:
+            continue  # 64-row tiles only where they hold all of M: beyond, two consumers share each B tile
+        for block_n in BLOCK_NS:
+            tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+            for cluster_m in (2, 1):
+                if cluster_m > 1 and (ceil_div(m, block_m) < 2 or tiles <= sm_count):
+                    continue  # nothing to share B with, or one round: multicast only pays across rounds
+                if b_mn_major and (block_n // cluster_m) % 64:
+                    continue  # an MN-major B arrives in 64-wide boxes: each CTA's part must be whole boxes
+                for split in SPLITS:
+                    if split > 1 and (tiles * 2 > sm_count or k_tiles < split * MIN_K_TILES_PER_UNIT):
+                        continue
+                    estimate = estimate_us(m, n, k, block_n, cluster_m, split, sm_count, block_m)
+                    found.append(Choice(block_m, block_n, cluster_m, split, max_stages(block_n, block_m), estimate))
     return sorted(found, key=lambda c: c.estimate_us)  # stable: among equals the wider tile, listed first
 
 
@@ -139,6 +148,7 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
     """A config as the table stores it: its block_n, num_stages and the v5 knobs that vary."""
     extra = cfg.extra
     return {
+        "block_m": cfg.block_m or 128,
         "block_n": cfg.block_n,
         "num_stages": cfg.num_stages,
         "CLUSTER_M": extra.get("CLUSTER_M", 1),
@@ -149,7 +159,10 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
 
 def config_from_fields(fields: dict[str, int]) -> GemmConfig:
     extra = {name: int(fields[name]) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
-    return GemmConfig(block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra)
+    block_m = int(fields.get("block_m", 128))
+    return GemmConfig(
+        block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra
+    )
 
 
 @cache

@@ -52,6 +52,9 @@ class KernelLaunch:
     # The copies TMA reads or writes instead of the caller's arrays, by name ("a", "b", "out"): the shape
     # of the buffer each is a view of (rows, padded columns), so that a library call can make its own.
     staged: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Split-K's scratch: fp32 partials and zeroed counters, how many of each; a library call passes its
+    # own per stream through the slots "partials" and "counters".
+    scratch: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         limits = device_limits(cupy.cuda.Device().id)
@@ -79,31 +82,6 @@ class KernelLaunch:
         if self.written is not None:
             self.out[...] = self.written
         return self.out
-
-    @property
-    def launches(self) -> tuple[KernelLaunch, ...]:
-        return (self,)
-
-    workspace = None  # scratch memory the launch needs besides `out` (LaunchSequence has one)
-
-
-@dataclass
-class LaunchSequence:
-    """Kernels launched one after another on the current stream, sharing a scratch `workspace` (split-K's
-    partial sums): called like a KernelLaunch, it returns `out`."""
-
-    launches: tuple[KernelLaunch, ...]
-    out: cupy.ndarray
-    workspace: cupy.ndarray
-
-    def __call__(self) -> cupy.ndarray:
-        for launch in self.launches:
-            launch()
-        return self.out
-
-    @property
-    def in_place(self) -> bool:
-        return all(launch.in_place for launch in self.launches)
 
 
 def require_smem(dynamic_bytes: int) -> None:
@@ -185,7 +163,7 @@ def tma_gemm_launch(
     epilogue_args: tuple = (),
     epilogue_defines: dict[str, int] | None = None,
     keep_alive: tuple = (),
-    store: cupy.ndarray | None = None,
+    tail_args: tuple = (),
     units_per_tile: int = 1,
 ) -> KernelLaunch:
     """What v3-v5 share: operands read in place where TMA can describe them (`tma_operand`; a stage that
@@ -196,9 +174,10 @@ def tma_gemm_launch(
 
     A kernel that exports no store box takes C as a pointer and its leading dimension. One that does
     (`LaunchFacts.store_box`) stores C through a 128B-swizzled tensor map of that box; a C that TMA cannot
-    describe is written to a padded buffer and copied; `store`, where given, is stored into instead of C (split-K's
-    workspace, `units_per_tile` slices per tile). A config whose pipeline stages alone exceed the GPU's shared
-    memory is refused before it is compiled; the exact total is checked once the kernel says it."""
+    describe is written to a padded buffer and copied. `tail_args` follow M, N and K; a persistent grid
+    counts `units_per_tile` work units per tile (split-K's slices). A config whose pipeline stages alone
+    exceed the GPU's shared memory is refused before it is compiled; the exact total is checked once the
+    kernel says it."""
     require_smem(tile_smem_bytes(cfg))
     a_x, a_mn, a_copied = tma_operand(problem.a, mn_major_ok)
     b_x, b_mn, b_copied = tma_operand(problem.b.T, mn_major_ok)
@@ -223,12 +202,12 @@ def tma_gemm_launch(
     m, n, k = (np.int32(v) for v in (problem.m, problem.n, problem.k))
     written = None
     if facts.store_box is None:
-        args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, k, np.int32(leading_dim(problem.out)))
+        args = (tma_a, tma_b, problem.out, *epilogue_args, m, n, k, np.int32(leading_dim(problem.out)), *tail_args)
     else:
-        target = tma_store_target(problem.out) if store is None else store
-        written = None if target is problem.out or store is not None else target
+        target = tma_store_target(problem.out)
+        written = None if target is problem.out else target
         tma_c = encode_tile_map(target, *facts.store_box, swizzle_bytes=128)
-        args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, k)
+        args = (tma_a, tma_b, tma_c, *epilogue_args, m, n, k, *tail_args)
     if persistent:
         grid = persistent_grid(
             problem, block_m, block_n, kernel, facts.threads, facts.smem_bytes, cluster_m, cluster_n, units_per_tile

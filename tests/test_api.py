@@ -86,7 +86,7 @@ def test_a_call_that_copies_is_planned_and_launched_once_on_its_first_call(monke
 
     def stage_launch(framework, device, a, b, bias, alpha, out, options):
         planned.append(a)
-        return SimpleNamespace(in_place=False, launches=()), f"result of {a}"
+        return SimpleNamespace(in_place=False, staged={}), f"result of {a}"
 
     monkeypatch.setattr(api, "stage_launch", stage_launch)
     monkeypatch.setattr(api, "run_on_stream", lambda framework, device, launch: ran.append(launch))
@@ -169,9 +169,10 @@ def test_a_call_copies_what_tma_cannot_read_into_row_padded_buffers_and_writes_b
     fw, (m, n, k) = _HostFramework(), (3, 5, 7)
     kernel = _FakeKernel(fw, 8)
     launch = SimpleNamespace(slots={"a": (0, "map"), "b": (1, "map"), "out": (2, "map"), "bias": (3, "ptr"),
-                                    "alpha": (4, "f32")}, kernel=SimpleNamespace(name="fake"))  # fmt: skip
-    staged = {"a": (m, 8), "b": (n, 8), "out": (m, 8)}
-    plan = Launched(fw, 0, [(kernel, launch)], (m, n), np.float64, True, None, staged)
+                                    "alpha": (4, "f32")}, kernel=SimpleNamespace(name="fake"),
+                             out=SimpleNamespace(shape=(m, n)), scratch=(0, 0),
+                             staged={"a": (m, 8), "b": (n, 8), "out": (m, 8)})  # fmt: skip
+    plan = Launched(fw, 0, kernel, launch, np.float64, True)
     for seed in (1, 2):  # a second call with other values: nothing of the first is reused
         rng = np.random.default_rng(seed)
         a, b = rng.random((m, k)), rng.random((n, k)).T  # b (K, N), its rows of N = 5 elements

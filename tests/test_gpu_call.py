@@ -206,9 +206,9 @@ def test_the_call_suite_verifies_and_times_every_layout():
 
 @pytest.mark.parametrize("framework", call_suite.FRAMEWORKS)
 def test_split_k_through_the_call_is_right_and_the_same_on_every_stream(framework):
-    """[6] A split-K config through the library call: two kernels and a workspace per call, allocated by
-    the caller's framework on its stream. Right in every layout, and threads on their own streams get the
-    bits one stream gets (the slices are added in a fixed order)."""
+    """[6] A split-K config through the library call: one kernel, its partials and counters the scratch of
+    the caller's stream (allocated by the caller's framework). Right in every layout, and threads on their
+    own streams get the bits one stream gets (the slices are added in a fixed order)."""
     config = deepgemm.GemmConfig(block_n=128, extra={"SPLIT_K": 4, "CLUSTER_M": 1})
     for i, (a_layout, b_layout) in enumerate(call_suite.LAYOUT_PAIRS):
         a, b = _operands((128, 4096, 4096), "bf16", a_layout, b_layout, seed=600 + i)
@@ -235,3 +235,18 @@ def test_split_k_through_the_call_is_right_and_the_same_on_every_stream(framewor
     for i, outs in enumerate(_on_threads(calls_on_own_stream)):
         same = [bool(cupy.array_equal(out.view(cupy.uint16), alone[i].view(cupy.uint16))) for out in outs]
         assert all(same), f"thread {i}: calls {[j for j, ok in enumerate(same) if not ok]} differ from one stream's"
+
+
+@pytest.mark.parametrize("framework", call_suite.FRAMEWORKS)
+def test_split_k_plans_of_several_sizes_share_one_stream_scratch(framework):
+    """[6] Split-K calls of growing and shrinking size on one stream, queued back to back without a
+    synchronisation: the stream's scratch grows under the queued launches (the old one freed in stream
+    order) and each launch leaves its counters zero for the next; every result is right."""
+    config = deepgemm.GemmConfig(block_m=64, block_n=64, extra={"SPLIT_K": 3, "CLUSTER_M": 1})
+    shapes = [(16, 256, 1024), (64, 4096, 2048), (1, 520, 1000), (64, 4096, 2048), (33, 1000, 700)]
+    problems = [_operands(shape, "fp16", "mk", "nk", seed=700 + i) for i, shape in enumerate(shapes)]
+    results = [deepgemm.gemm(*_as_framework(framework, pair), config=config) for pair in problems]
+    for shape, (a, b), result in zip(shapes, problems, results):
+        got = cupy.from_dlpack(result) if framework == "torch" else result
+        stats = error_stats(got, reference(a, b))
+        assert stats.passed, f"{framework} {shape}: {stats.summary()}"

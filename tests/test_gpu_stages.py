@@ -226,9 +226,9 @@ def test_v5_with_128_wide_tiles_matches_reference(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
-    """[6] SPLIT_K 2, 3 and 4, clusters on and off: small M (what it is for), tails in every dimension, K
-    whose k-tiles do not split evenly; the epilogue (bias, GELU, an fp32 or 16-bit out) applied by the
-    reduction; then five more launches of one plan, each bit-identical to the first."""
+    """[6] SPLIT_K 2, 3 and 4, clusters on and off, 128- and 64-row tiles: small M (what it is for), tails
+    in every dimension, K whose k-tiles do not split evenly; the epilogue (bias, GELU, an fp32 or 16-bit
+    out) applied by the last slice; then five more launches of one plan, each bit-identical to the first."""
     import cupy
 
     from deepgemm.check import random_problem, reference, verify
@@ -237,9 +237,9 @@ def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
 
     launcher = _stage_or_skip("v5_fused")
     failures = []
-    for split in (2, 3, 4):
+    for split, block_m in ((2, 128), (3, 128), (4, 128), (3, 64)):
         for cluster_m in (1, 2):
-            config = GemmConfig(block_n=128, extra={"SPLIT_K": split, "CLUSTER_M": cluster_m})
+            config = GemmConfig(block_m=block_m, block_n=128, extra={"SPLIT_K": split, "CLUSTER_M": cluster_m})
             for i, (m, n, k) in enumerate(((1, 4096, 4096), (128, 4096, 4096), (129, 520, 200), (300, 1000, 1000))):
                 a, b = random_problem(m, n, k, input_dtype(dtype), seed=800 + 10 * split + i)
                 stats = _check(launcher, a, b, config=config)
@@ -248,12 +248,12 @@ def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
     assert not failures, "\n".join(failures)
     a, b = random_problem(200, 520, 1000, input_dtype(dtype), seed=9)
     bias = cupy.random.default_rng(9).random(520, dtype=cupy.float32) * 2 - 1
-    for out_dtype in (None, FLOAT32):
-        config = GemmConfig(extra={"SPLIT_K": 3})
+    for out_dtype, block_m in ((None, 128), (FLOAT32, 128), (None, 64)):
+        config = GemmConfig(block_m=block_m, extra={"SPLIT_K": 3})
         launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
         expected = reference(a, b, bias=bias, activation="gelu_tanh")
         stats = verify(launch, expected, launch.out)
-        assert stats.passed, f"fused, out {out_dtype}: {stats.summary()}"
+        assert stats.passed, f"fused, out {out_dtype}, BLOCK_M {block_m}: {stats.summary()}"
         first = launch().copy()
         for _ in range(5):
             assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "split-K is not deterministic"
@@ -263,10 +263,10 @@ def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
-    """[7] BLOCK_N 64, 128, 192 and 256, each with clusters of one and two along M, without and with
-    split-K (3 slices: uneven), at tails in every dimension and M = 1; b in both layouts wherever the
-    layout allows the tile (an MN-major B's part per CTA is whole 64-wide boxes); every pipeline depth
-    the heuristic gives the width."""
+    """[7] BLOCK_M 128 and 64, BLOCK_N 64, 128, 192 and 256, each with clusters of one and two along M,
+    without and with split-K (3 slices: uneven), at tails in every dimension and M = 1; b in both layouts
+    wherever the layout allows the tile (an MN-major B's part per CTA is whole 64-wide boxes); every
+    pipeline depth the heuristic gives the tile."""
     import cupy
 
     from deepgemm.check import random_problem
@@ -276,11 +276,12 @@ def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
 
     launcher = _stage_or_skip("v5_fused")
     failures = []
-    for block_n in (64, 128, 192, 256):
+    for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (64, 128, 192, 256)):
         for cluster_m in (1, 2):
             for split in (1, 3):
                 extra = {"CLUSTER_M": cluster_m, "SPLIT_K": split}
-                config = GemmConfig(block_n=block_n, num_stages=max_stages(block_n), extra=extra)
+                stages = max_stages(block_n, block_m)
+                config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
                 for i, (m, n, k) in enumerate(((1, 520, 1000), (129, 1000, 520), (300, 700, 1000))):
                     a, b = random_problem(m, n, k, input_dtype(dtype), seed=900 + i)
                     mn_ok = (block_n // cluster_m) % 64 == 0
@@ -295,7 +296,7 @@ def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_v5_deep_split_k_the_heuristic_may_pick(dtype):
-    """[6] [7] The heuristic's larger splits (6, 8, 12, 16 slices) at every tile width, without a cluster
+    """[6] [7] The heuristic's larger splits (6, 8, 12, 16 slices) at every tile shape, without a cluster
     (it clusters only where there is more than a round of tiles, which split-K is not for): M = 1 and
     tails in M, N and K, with K long enough for four k-tiles a slice."""
     from deepgemm.check import random_problem
@@ -305,10 +306,11 @@ def test_v5_deep_split_k_the_heuristic_may_pick(dtype):
 
     launcher = _stage_or_skip("v5_fused")
     failures = []
-    for block_n in (64, 128, 192, 256):
+    for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (64, 128, 192, 256)):
         for split in (s for s in SPLITS if s > 4):
             extra = {"CLUSTER_M": 1, "SPLIT_K": split}
-            config = GemmConfig(block_n=block_n, num_stages=max_stages(block_n), extra=extra)
+            stages = max_stages(block_n, block_m)
+            config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
             for i, (m, n, k) in enumerate(((1, 520, 4100), (129, 1000, 4160))):
                 a, b = random_problem(m, n, k, input_dtype(dtype), seed=950 + i)
                 stats = _check(launcher, a, b, config=config)

@@ -60,9 +60,18 @@ def test_the_model_ranks_and_prices_the_recorded_candidates():
 
 
 def test_fields_round_trip_and_name_a_config():
-    cfg = GemmConfig(block_n=192, num_stages=4, extra={"CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 3})
+    cfg = GemmConfig(block_m=128, block_n=192, num_stages=4, extra={"CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 3})
     assert config_from_fields(heuristic.config_fields(cfg)) == cfg
     assert config_name(cfg) == "n192 c2 s3 st4"
+    narrow = GemmConfig(block_m=64, block_n=128, num_stages=8, extra={"CLUSTER_M": 1, "CLUSTER_N": 1, "SPLIT_K": 4})
+    assert config_from_fields(heuristic.config_fields(narrow)) == narrow
+    assert config_name(narrow) == "m64 n128 c1 s4 st8"
+
+
+def test_64_row_tiles_only_where_they_hold_all_of_m():
+    assert any(c.block_m == 64 for c in heuristic.candidates(64, 4096, 4096, 132))
+    assert all(c.block_m == 128 for c in heuristic.candidates(65, 4096, 4096, 132))
+    assert heuristic.max_stages(64, block_m=64) == 12
 
 
 def test_the_table_comes_first_then_the_model():

@@ -162,28 +162,45 @@ def test_v5_reads_each_operand_layout_with_the_transpose_bit_and_64_wide_boxes(
         assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"
 
 
-@pytest.mark.parametrize(("split", "cluster_m", "block_n"), [(2, 2, 256), (4, 1, 128), (3, 2, 128)])
-def test_v5_split_k_builds_keep_the_main_loop_and_add_a_reduction(split, cluster_m, block_n):
-    """[6] A split-K build stores fp32 partials: no spills, no serialised wgmma, the main loop as short as
-    without it; every build of kernel.cu also holds splitk_reduce_kernel, the deterministic reduction."""
+@pytest.mark.parametrize(
+    ("split", "block_m", "cluster_m", "block_n", "epilogue"),
+    [(2, 128, 2, 256, {}), (4, 128, 1, 128, {"HAS_BIAS": 1, "ACTIVATION": 2}), (3, 64, 2, 128, {"OUT_DTYPE": 2})],
+)
+def test_v5_split_k_builds_keep_the_main_loop_and_add_slices_in_the_same_kernel(
+    split, block_m, cluster_m, block_n, epilogue
+):
+    """[6] A split-K build adds its slices inside gemm_kernel, with any epilogue: no spills, no serialised
+    wgmma, the main loop as short as without it; one atomic per strip (the counter), a GPU-scope fence on
+    either side of it, the partials stored and loaded at L2 (strong, GPU scope), and no second kernel."""
     for bf16 in (False, True):
-        knobs = {"SPLIT_K": split, "CLUSTER_M": cluster_m, "BLOCK_N": block_n, "OUT_DTYPE": 2}
+        knobs = {"SPLIT_K": split, "BLOCK_M": block_m, "CLUSTER_M": cluster_m, "BLOCK_N": block_n, **epilogue}
         defines = launcher_defines("v5_fused", bf16, **knobs)
         report = compiled("v5_fused", defines)
         assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, (knobs, report.log)
         code = sass("v5_fused", defines)
         loop = _sass_loop_around(code, f"HGMMA.64x{block_n}x16")
         assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"
-        assert "Function : splitk_reduce_kernel" in code
+        assert code.count("ATOMG.E.ADD.STRONG.GPU") == 1 and code.count("MEMBAR.SC.GPU") == 2, knobs
+        pairs = block_n // 4  # float2 pairs per lane in a strip
+        assert code.count("STG.E.64.STRONG.GPU") == pairs and code.count("LDG.E.64.STRONG.GPU") == pairs, knobs
+        assert code.count("Function : ") == 1, "one kernel"
 
 
-def test_v5_split_k_refuses_a_fused_epilogue_in_the_partials():
-    """The partials must be plain fp32 sums (the reduction applies alpha, bias and the activation): a
-    split-K build with another output type or an epilogue does not compile."""
-    from deepgemm.jit import compile_report
+def test_v5_without_split_k_has_no_atomics_or_gpu_fences():
+    """The default build carries none of split-K's counting: no atomic, no GPU-scope fence."""
+    code = sass("v5_fused", launcher_defines("v5_fused", False))
+    assert "ATOMG" not in code and "MEMBAR.SC.GPU" not in code
 
-    with pytest.raises(RuntimeError, match="split-K partials are plain fp32 sums"):
-        compile_report("v5_fused", dict(launcher_defines("v5_fused", False, SPLIT_K=2, OUT_DTYPE=0)))
+
+@pytest.mark.parametrize("block_n", [64, 256])
+def test_v5_block_m_64_runs_one_consumer_warpgroup(block_n):
+    """[7] BLOCK_M 64: 256 threads (a producer and one consumer warpgroup), the same wgmma, no spills."""
+    for bf16 in (False, True):
+        defines = launcher_defines("v5_fused", bf16, BLOCK_M=64, BLOCK_N=block_n, NUM_STAGES=4)
+        report = compiled("v5_fused", defines)
+        assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, report.log
+        assert len(re.findall(rf"HGMMA\.64x{block_n}x16\.F32", sass("v5_fused", defines))) == 4
+        assert report.launch_facts().threads == 256
 
 
 @pytest.mark.parametrize("activation", [2, 4])  # GELU (tanh form), SiLU
@@ -193,7 +210,7 @@ def test_v5_gelu_and_silu_take_one_mufu_tanh_for_16_bit_outputs(activation, out_
     sets the epilogue's pace); an fp32 output keeps expf and IEEE division, whose slow path is a call
     (FCHK flags the operands that need it)."""
     defines = launcher_defines("v5_fused", False, HAS_BIAS=1, ACTIVATION=activation, OUT_DTYPE=out_dtype)
-    code = function_sass(sass("v5_fused", defines), "gemm_kernel")  # splitk_reduce_kernel has its own
+    code = function_sass(sass("v5_fused", defines), "gemm_kernel")
     if fast:  # one per accumulator (128 per thread); the few MUFU.RCP are the tile walk's integer divisions
         assert code.count("MUFU.TANH") == 128 and code.count("MUFU") - 128 < 16
     assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast

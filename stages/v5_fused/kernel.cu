@@ -15,10 +15,12 @@
 //       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
 //       transpose bit tells the tensor cores it is MN-major; no copy on the host.
 //   [6] split-K (SPLIT_K > 1), for problems with too few tiles to fill the GPU: every tile is computed
-//       once per slice of K into its own fp32 partial, and splitk_reduce_kernel adds the slices in index
-//       order and applies the epilogue, so that a result is the same from run to run.
-//   [7] a tile for the shape: BLOCK_N 64, 128, 192 or 256 (wgmma m64nNk16), with the pipeline depth,
-//       cluster and split-K the library call picks per problem (an autotune table, else a cost model).
+//       once per slice of K; each warp writes its slice's fp32 partial and counts itself in, and the
+//       warp that arrives last adds all slices in index order and runs the epilogue: one kernel, and a
+//       result that is the same from run to run whichever slice finished last.
+//   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N 64, 128, 192
+//       or 256 (wgmma m64nNk16), with the pipeline depth, cluster and split-K the library call picks per
+//       problem (an autotune table, else a cost model).
 // Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
 // issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
 // What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
@@ -74,7 +76,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #endif
 
 #ifndef BLOCK_M
-#define BLOCK_M 128    // 2 consumer warpgroups x the 64 rows of one wgmma m64
+#define BLOCK_M 128    // consumer warpgroups x the 64 rows of one wgmma m64; [7] 64 or 128
 #endif
 #ifndef BLOCK_N
 #define BLOCK_N 256    // the N of wgmma m64nNk16: N / 2 fp32 accumulators per consumer thread; [7] 64 to 256
@@ -101,14 +103,14 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #define B_MN_MAJOR 0   // [5] 1: B is stored K x N with N contiguous (a row-major (K, N)); 0: N x K, K contiguous
 #endif
 #ifndef SPLIT_K
-#define SPLIT_K 1      // [6] slices of K per tile; > 1 writes fp32 partials for splitk_reduce_kernel
+#define SPLIT_K 1      // [6] slices of K per tile; > 1 adds fp32 partials through global memory
 #endif
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
-constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
-constexpr int NUM_CONSUMERS = 2;  // consumer warpgroups; each releases a stage once per warp
 constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
+constexpr int NUM_CONSUMERS = BLOCK_M / WG_ROWS;    // consumer warpgroups; each releases a stage once per warp
+constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces, warpgroups 1 (and 2) consume
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
@@ -140,13 +142,11 @@ constexpr int EPI_BUFFERS = 2;                                      // per warp:
 constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
-static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
+static_assert(BLOCK_M == 64 || BLOCK_M == 128, "[7] one or two consumer warpgroups of 64 rows");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 CTAs per side");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "[7] wgmma m64nNk16, N = BLOCK_N, in whole 64-column store chunks");
-static_assert(SPLIT_K == 1 || (OUT_DTYPE == 2 && HAS_BIAS == 0 && ACTIVATION == 0),
-              "[6] split-K partials are plain fp32 sums: splitk_reduce_kernel applies the epilogue");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
@@ -486,6 +486,50 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 #endif
 }
 
+// [6] Split-K without a second kernel. A consumer warp owns a strip of 16 rows of its tile; per slice
+// it writes the strip's fp32 partial to `partials` in the accumulator fragment's own order (pair p of
+// lane l at float2 index p * 32 + l, so each store instruction covers 256 contiguous bytes), skipping rows
+// past M, then counts itself in on the strip's counter. The warp that counts SPLIT_K has every partial
+// in global memory: it adds them in slice order, its own read back like the others, so the sum rounds
+// the same way whichever slice finished last, and returns true to run the epilogue. It also puts the
+// counter back to 0 for the next launch. The other warps return false and go on to their next unit:
+// nobody waits. `rows` is how many of the strip's rows are inside C.
+template <int N_ACC>
+__device__ __forceinline__ bool splitk_sum_if_last(float (&acc)[N_ACC], float* partials, unsigned* counters,
+                                                   int strip, int num_strips, int slice, int rows,
+                                                   int lane) {
+    constexpr int PAIRS = N_ACC / 2;  // pair p is row lane/4 (p even) or lane/4 + 8 (p odd) of the strip
+    const bool row_lo = lane / 4 < rows, row_hi = lane / 4 + 8 < rows;
+    float2* const slice0 = reinterpret_cast<float2*>(partials) + ((long long)strip * PAIRS * 32 + lane);
+    const long long slice_stride = (long long)num_strips * PAIRS * 32;
+    float2* const mine = slice0 + slice * slice_stride;
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p)
+        if (p % 2 ? row_hi : row_lo) __stcg(mine + p * 32, make_float2(acc[2 * p], acc[2 * p + 1]));
+    __threadfence();  // this lane's partial is visible GPU-wide before the counter says it is there
+    __syncwarp();
+    unsigned arrived = 0;
+    if (lane == 0) arrived = atomicAdd(counters + strip, 1u);
+    if (__shfl_sync(0xffffffffu, arrived, 0) != SPLIT_K - 1) return false;
+    __threadfence();  // the other slices' partials, seen through the counter, before reading them
+    if (lane == 0) counters[strip] = 0u;
+#pragma unroll
+    for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;
+#pragma unroll 1
+    for (int s = 0; s < SPLIT_K; ++s) {
+        const float2* const part = slice0 + s * slice_stride;
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) {
+            if (p % 2 ? row_hi : row_lo) {
+                const float2 v = __ldcg(part + p * 32);  // from L2: this SM's L1 may hold nothing valid
+                acc[2 * p] += v.x;
+                acc[2 * p + 1] += v.y;
+            }
+        }
+    }
+    return true;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
 // ---------------------------------------------------------------------------------------------------
@@ -539,13 +583,15 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 // The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
 // there are cluster tiles or as fit on the GPU at once (the launcher asks the driver), each with
 // LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
-// bias may be nullptr when HAS_BIAS is 0.
+// bias may be nullptr when HAS_BIAS is 0. [6] With SPLIT_K > 1, partials holds SPLIT_K x (every CTA tile's
+// BLOCK_M x BLOCK_N) floats and counters one zero per 16-row strip of every CTA tile (the kernel leaves
+// them zero again); both may be nullptr otherwise.
 // ---------------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
             const __grid_constant__ TmaDesc tma_c,
-            const float* bias, float alpha, int M, int N, int K)
+            const float* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters)
 {
     // ---- prologue -----------------------------------------------------------------------------------
     extern __shared__ unsigned char smem_raw[];
@@ -565,7 +611,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
     const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
-    const int slice_cols = cluster_cols * CLUSTER_N * BLOCK_N;  // [6] every CTA's columns, the padding included
     const int warpgroup = threadIdx.x / 128;
 
     // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
@@ -703,9 +748,15 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
             // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
             // one lane stores the box with TMA and the warp moves on without waiting for it.
-            // [6] Slice s of a split-K partial lands s * slice_cols columns along the workspace C maps
-            // (M rows: a tile's rows past M are clipped, not written).
             const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+#if SPLIT_K > 1
+            // [6] Left to the last slice of this strip to finish. A strip past M still counts in (with
+            // nothing to store): a branch around it costs the main loop its uniform-register descriptors.
+            const int strip = ((tile_m * cluster_cols * CLUSTER_N + tile_n) * NUM_CONSUMERS + consumer) * 4 + warp;
+            const int num_strips = cluster_rows * CLUSTER_M * cluster_cols * CLUSTER_N * NUM_CONSUMERS * 4;
+            if (!splitk_sum_if_last(acc, partials, counters, strip, num_strips, unit.slice, M - warp_row0, lane))
+                continue;
+#endif
             constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
 #pragma unroll
             for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
@@ -758,7 +809,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
                 __syncwarp();
                 if (lane == 0) {
-                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS + unit.slice * slice_cols, warp_row0);
+                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
                     bulk_commit_group();
                 }
             }
@@ -771,49 +822,4 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     __syncwarp();
     cluster_sync();
 #endif
-}
-
-// ---------------------------------------------------------------------------------------------------
-// [6] The split-K reduction: out = act(alpha * (P_0 + P_1 + ... + P_{SLICES-1}) + bias[col]), P_s the fp32
-// partial of slice s, columns s * slice_cols onwards in the workspace. The slices are added in index order,
-// whichever finished first, so that the sum rounds the same way on every run. A thread takes 4 neighbouring
-// columns of one row as one 16-byte load per slice (slice_cols is a multiple of BLOCK_N, so aligned); it
-// is memory-bound: 4 x SLICES bytes read per element and one out_t written.
-// ---------------------------------------------------------------------------------------------------
-
-constexpr int REDUCE_THREADS = 256;
-extern "C" __device__ const int LAUNCH_REDUCE_THREADS = REDUCE_THREADS;
-
-__device__ __forceinline__ void store_out(out_t* dst, float v) {
-#if OUT_DTYPE == 2
-    *dst = v;
-#elif OUT_DTYPE == 1
-    *dst = __float2bfloat16_rn(v);
-#else
-    *dst = __float2half_rn(v);
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(REDUCE_THREADS)
-splitk_reduce_kernel(const float* __restrict__ partials, out_t* __restrict__ out, const float* bias, float alpha,
-                     int M, int N, int slices, int slice_cols, int ld_partials, int ld_out)
-{
-    const int quads = (N + 3) / 4;
-    for (long long i = blockIdx.x * (long long)REDUCE_THREADS + threadIdx.x; i < (long long)M * quads;
-         i += (long long)gridDim.x * REDUCE_THREADS) {
-        const int row = (int)(i / quads), col = 4 * (int)(i % quads);
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s = 0; s < slices; ++s) {
-            const float4 p = *reinterpret_cast<const float4*>(partials + (long long)row * ld_partials + s * slice_cols + col);
-            sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
-        }
-        const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            if (col + t < N) {
-                const float b = HAS_BIAS ? bias[col + t] : 0.0f;
-                store_out(out + (long long)row * ld_out + col + t, epilogue_value(v[t], alpha, b));
-            }
-        }
-    }
 }
