@@ -256,6 +256,15 @@ __device__ __forceinline__ void tma_load_operand(unsigned dst, const TmaDesc* ma
     }
 }
 
+// atomicAdd with acquire-release semantics at GPU scope: this thread's earlier writes (and those its warp
+// ordered before it with __syncwarp) are visible to whoever reads the new count, and what was written
+// before the counts it reads is visible to this thread afterwards. Returns the old count.
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* counter, unsigned value) {
+    unsigned old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
+    return old;
+}
+
 // The address of the same shared-memory variable in CTA `rank` of this cluster.
 __device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank) {
     unsigned out;
@@ -506,12 +515,11 @@ __device__ __forceinline__ bool splitk_sum_if_last(float (&acc)[N_ACC], float* p
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p)
         if (p % 2 ? row_hi : row_lo) __stcg(mine + p * 32, make_float2(acc[2 * p], acc[2 * p + 1]));
-    __threadfence();  // this lane's partial is visible GPU-wide before the counter says it is there
-    __syncwarp();
+    __syncwarp();  // every lane's partial is written before lane 0 releases it with the count
     unsigned arrived = 0;
-    if (lane == 0) arrived = atomicAdd(counters + strip, 1u);
+    if (lane == 0) arrived = atom_add_acq_rel_gpu(counters + strip, 1u);
     if (__shfl_sync(0xffffffffu, arrived, 0) != SPLIT_K - 1) return false;
-    __threadfence();  // the other slices' partials, seen through the counter, before reading them
+    __syncwarp();  // lane 0's acquire before every lane's reads of the other slices
     if (lane == 0) counters[strip] = 0u;
 #pragma unroll
     for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;
