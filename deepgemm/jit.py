@@ -29,6 +29,9 @@ import numpy as np
 STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
 ENTRY_POINT = "gemm_kernel"
 BASE_OPTIONS = ("-std=c++17",)
+# CuPy adds these to every RawModule it compiles; a compile without a GPU adds them too, so that its SASS
+# is the SASS that runs (-ftz=true flushes fp32 denormals: FFMA.FTZ, not FFMA).
+CUPY_ADDED_OPTIONS = ("-ftz=true",)
 LINEINFO_ENV = "DEEPGEMM_LINEINFO"  # "1": kernels also carry a line table (-lineinfo), for ncu's source view
 
 
@@ -206,6 +209,7 @@ def compile_file_report(
     options = [
         f"-arch={arch}",
         *BASE_OPTIONS,
+        *CUPY_ADDED_OPTIONS,
         *extra,
         f"-I{cuda_include_dir()}",
         "--ptxas-options=-v",
