@@ -144,3 +144,21 @@ def test_autotune_without_a_gpu_prints_the_recorded_table(capsys, monkeypatch):
     assert cli.main(["autotune"]) == 0
     shown = capsys.readouterr().out
     assert "recorded" in shown.lower() and "n256 c2 s1 st4" in shown
+
+
+def test_close_candidates_are_timed_again_in_turn_and_ranked_by_their_median(monkeypatch):
+    """One timing each put a 2%-slower config first at times; the finalists (within 3% of the fastest) are
+    timed three more times, alternating, and the median decides. One far behind is not timed again."""
+    again = {"a": iter([10.5, 10.6, 10.7]), "b": iter([10.1, 10.1, 10.1])}
+    order = []
+
+    def fake_timing(plan):
+        order.append(plan)
+        return next(again[plan])
+
+    monkeypatch.setattr(autotune, "device_us_per_call", fake_timing)
+    passed = [{"name": "a", "us": 10.0}, {"name": "b", "us": 10.2}, {"name": "c", "us": 11.0}]
+    autotune.time_finalists_again(passed, {"a": "a", "b": "b", "c": "c"})
+    assert order == ["a", "b"] * 3
+    assert [e["us"] for e in passed] == [10.55, 10.1, 11.0] and "timings" not in passed[2]
+    assert min(passed, key=lambda e: e["us"])["name"] == "b"
