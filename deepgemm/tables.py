@@ -18,6 +18,7 @@ from typing import Any
 
 from deepgemm import results, stages
 from deepgemm.profile import STALL_REASONS, top_stalls
+from deepgemm.source_profile import role_of
 from deepgemm.stages import CUBLAS, STAGES, stage_name
 
 Row = dict[str, Any]
@@ -357,3 +358,35 @@ def call_summary(rows: Iterable[Row]) -> list[Row]:
         summary.append({"dtype": dtype, "m": m, "n": n, "k": k, **medians, "x_torch": median(ratios),
                         "x_torch_min": min(ratios), "x_torch_max": max(ratios)})  # fmt: skip
     return summary
+
+
+SOURCE_INSTRUCTION_COLUMNS = (
+    ("pct", "% samples", 1),
+    ("reason", "main stall", 0),
+    ("role", "warps", 0),
+    ("sass", "SASS", 0),
+    ("line", "line", 0),
+    ("source", "kernel.cu", 0),
+)
+NOT_ISSUED = " (Not Issued)"
+
+
+def source_instructions(rows: Iterable[Row], stage: str, top: int = 8, width: int = 56) -> list[Row]:
+    """The `top` SASS instructions of a stage's `profile --source` record (profile_source.json) by stall
+    samples: their share of all the kernel's samples, the stall reason that holds most of theirs, the warps
+    that run them, and the kernel.cu line they come from (texts cut to `width`)."""
+    row = next(r for r in rows if r["stage"] == stage_name(stage))
+    total = sum(line["samples"] for line in row["lines"])
+    sources = {line["line"]: line["source"] for line in row["lines"]}
+    out = []
+    for ins in row["instructions"][:top]:
+        reasons = {k[len("stall_") :]: v for k, v in ins.items() if k.startswith("stall_") and NOT_ISSUED not in k}
+        out.append({
+            "pct": 100.0 * ins["# Samples"] / total,
+            "reason": max(reasons, key=reasons.get),
+            "role": role_of(ins.get("body_line"), row["roles"]),
+            "sass": ins["Source"].strip()[:width],
+            "line": ins["line"],
+            "source": sources.get(ins["line"], "")[:width],
+        })  # fmt: skip
+    return out

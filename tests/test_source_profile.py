@@ -107,3 +107,19 @@ def test_the_jit_adds_a_line_table_only_when_asked(monkeypatch):
     assert jit.compile_options() == jit.BASE_OPTIONS
     monkeypatch.setenv(jit.LINEINFO_ENV, "1")
     assert jit.compile_options() == (*jit.BASE_OPTIONS, "-lineinfo")
+
+
+def test_the_notebooks_instruction_table_reads_the_record():
+    """Per stage, the instructions with the most stall samples, their main reason, role and kernel.cu line:
+    shares that fall, reasons that are stall names, and v4's and v5's largest wait on their own wgmma."""
+    from deepgemm import results, tables
+
+    rows = results.load("profile_source")["rows"]
+    for stage in ("v0", "v1", "v2", "v3", "v4", "v5"):
+        table = tables.source_instructions(rows, stage)
+        assert len(table) == 8 and all(a["pct"] >= b["pct"] for a, b in zip(table, table[1:])), stage
+        assert all(r["reason"] in {s.removeprefix("stall_") for s in rows[0]["instructions"][0] if s.startswith("stall_")}
+                   for r in table), stage  # fmt: skip
+    for stage, wait in (("v4", "wgmma_wait_group<0>"), ("v5", "wgmma_wait_group<1>")):
+        top = tables.source_instructions(rows, stage)[0]
+        assert top["role"] == "consumers" and wait in top["source"] and "WARPGROUP.DEPBAR" in top["sass"], top
