@@ -3,6 +3,8 @@ join with ncu's per-instruction table, on kernels compiled here (no GPU)."""
 
 from __future__ import annotations
 
+import itertools
+
 import re
 import sys
 from pathlib import Path
@@ -115,11 +117,11 @@ def test_the_notebooks_instruction_table_reads_the_record():
     from deepgemm import results, tables
 
     rows = results.load("profile_source")["rows"]
+    reasons = {name.removeprefix("stall_") for name in rows[0]["instructions"][0] if name.startswith("stall_")}
     for stage in ("v0", "v1", "v2", "v3", "v4", "v5"):
         table = tables.source_instructions(rows, stage)
-        assert len(table) == 8 and all(a["pct"] >= b["pct"] for a, b in zip(table, table[1:])), stage
-        assert all(r["reason"] in {s.removeprefix("stall_") for s in rows[0]["instructions"][0] if s.startswith("stall_")}
-                   for r in table), stage  # fmt: skip
+        assert len(table) == 8 and all(a["pct"] >= b["pct"] for a, b in itertools.pairwise(table)), stage
+        assert all(r["reason"] in reasons for r in table), stage
     for stage, wait in (("v4", "wgmma_wait_group<0>"), ("v5", "wgmma_wait_group<1>")):
         top = tables.source_instructions(rows, stage)[0]
         assert top["role"] == "consumers" and wait in top["source"] and "WARPGROUP.DEPBAR" in top["sass"], top
