@@ -4,7 +4,6 @@ join with ncu's per-instruction table, on kernels compiled here (no GPU)."""
 from __future__ import annotations
 
 import itertools
-
 import re
 import sys
 from pathlib import Path
