@@ -8,10 +8,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import cupy
 
-from deepgemm import autotune, bench, call_suite, first_call, results, source_profile, stability, stages, tables
+from deepgemm import (
+    autotune,
+    bench,
+    call_suite,
+    figures,
+    first_call,
+    results,
+    source_profile,
+    stability,
+    stages,
+    tables,
+)
 from deepgemm.check import random_problem
 from deepgemm.config import GemmConfig
 from deepgemm.diff import kernel_diff
@@ -208,6 +220,20 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+README_FIGURE = results.RESULTS_DIR / "progression.png"
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    """The README's progression figure, drawn from the recorded progression and saved as a PNG whose
+    metadata names the record's commit (a CPU test checks it against the record)."""
+    record = results.load("progression")
+    fig = figures.progression_bars(record["rows"], args.dtype, int(args.shape))
+    out = Path(args.out)
+    fig.savefig(out, dpi=100, metadata={"Source": figures.figure_source(record["provenance"])})
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_info(_: argparse.Namespace) -> int:
     if not gpu_available():
         print("no CUDA GPU visible: bench and notebooks show recorded results")
@@ -338,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--stage", default=None, help="only this stage's rows and cuBLAS's beside them")
     table.add_argument("--brief", action="store_true", help="the top README's columns")
     table.set_defaults(run=cmd_table)
+    figure = sub.add_parser("figure", help="the README's progression figure, from the record")
+    figure.add_argument("--dtype", default="fp16")
+    figure.add_argument("--shape", default="4096", help="M = N = K of the recorded rows to draw")
+    figure.add_argument("--out", default=str(README_FIGURE))
+    figure.set_defaults(run=cmd_figure)
     sub.add_parser("info", help="the GPU and software this would measure on").set_defaults(run=cmd_info)
     profile = sub.add_parser("profile", help="Nsight Compute metrics of one launch per stage")
     profile.add_argument("--stages", default="all", help='e.g. "all", "v4,v5", "v5,cublas" (cuBLAS\'s kernel)')

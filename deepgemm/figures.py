@@ -67,6 +67,11 @@ def empty_figure(message: str) -> Figure:
     return fig
 
 
+def figure_source(provenance: dict) -> str:
+    """What a saved figure's PNG metadata says it was drawn from."""
+    return f"results/h200/progression.json, commit {provenance['commit']}, {provenance['date']}"
+
+
 def progression_bars(
     rows: Sequence[Row], dtype: str = "fp16", shape: int | Shape | None = None, *, log: bool = True
 ) -> Figure:

@@ -171,3 +171,28 @@ def test_records_go_to_a_directory_named_after_the_gpu(tmp_path, monkeypatch):
     assert list(record) == ["provenance", "rows", "first_call"] and record["first_call"] == first
     with pytest.raises(ValueError, match="may not replace"):
         results.save("call", [], {"gpu": "G2"}, extra={"rows": []})
+
+
+def _png_text(path) -> dict[str, str]:
+    """A PNG's tEXt chunks (matplotlib writes its metadata there)."""
+    import struct
+
+    data, found, at = path.read_bytes(), {}, 8
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    while at < len(data):
+        (size,) = struct.unpack(">I", data[at : at + 4])
+        if data[at + 4 : at + 8] == b"tEXt":
+            key, value = data[at + 8 : at + 8 + size].split(b"\0", 1)
+            found[key.decode()] = value.decode("latin-1")
+        at += 12 + size
+    return found
+
+
+def test_readme_figure_is_drawn_from_the_recorded_progression(progression):
+    """The README shows the progression figure, and the PNG says it was drawn from this record (redraw it
+    with `python -m deepgemm figure` after recording)."""
+    from deepgemm import cli, figures
+
+    readme = (results.REPO / "README.md").read_text()
+    assert "](results/h200/progression.png)" in readme
+    assert _png_text(cli.README_FIGURE).get("Source") == figures.figure_source(progression["provenance"])
