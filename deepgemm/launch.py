@@ -46,7 +46,7 @@ class KernelLaunch:
     keep_alive: tuple = ()  # copies the kernel reads through descriptors, kept until the plan is dropped
     written: cupy.ndarray | None = None  # where the kernel writes, when not `out` itself; copied into `out`
     in_place: bool = False  # the kernel reads the caller's operands and writes `out` itself: nothing copied
-    # The arguments a library call changes, by name ("a", "b", "out", "workspace", "bias", "alpha"): their
+    # The arguments a library call changes, by name ("a", "b", "out", "bias", "alpha", "partials", "counters"): their
     # position in `args` and kind ("map": a tensor map to re-point, "ptr": a pointer, "f32": a float).
     slots: dict[str, tuple[int, str]] = field(default_factory=dict)
     # The copies TMA reads or writes instead of the caller's arrays, by name ("a", "b", "out"): the shape
