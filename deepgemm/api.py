@@ -146,10 +146,11 @@ def stage_launch(
 def chosen_config(problem: Problem, device: int) -> tuple[GemmConfig, str]:
     """The config a call without one runs: this GPU's autotune table entry for the problem, else the
     cost model's pick (`heuristic.pick_config`); and which of the two it is."""
-    found = read_in_place(problem.b.T, mn_major_ok=True)
-    b_mn_major = found is not None and found[1]
+    b_found, a_found = read_in_place(problem.b.T, mn_major_ok=True), read_in_place(problem.a, mn_major_ok=True)
+    b_mn_major, a_mn_major = b_found is not None and b_found[1], a_found is not None and a_found[1]
     gpu, sm_count = device_name(device), device_limits(device)["sm_count"]
-    return pick_config(problem.m, problem.n, problem.k, dtype_name(problem.a.dtype), gpu, sm_count, b_mn_major)
+    dtype = dtype_name(problem.a.dtype)
+    return pick_config(problem.m, problem.n, problem.k, dtype, gpu, sm_count, b_mn_major, a_mn_major)
 
 
 def config_of(a: Any, b: Any, **options: Any) -> tuple[GemmConfig, str]:

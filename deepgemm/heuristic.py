@@ -23,7 +23,8 @@ The model (`estimate_us`) prices a configuration as a persistent kernel runs it:
   sum before its epilogue, in the same kernel.
 
 `candidates` lists the configurations considered: BLOCK_M 128 or 64 (one consumer warpgroup: half the
-rows of A per k-tile, for M <= 64), BLOCK_N 64 to 256, clusters of two along M only where
+rows of A per k-tile, for M <= 64), BLOCK_N 64 to 256, for M <= 32 swap AB (the tile's 64 or 128 rows over
+N, its 16 or 32 columns over M, priced as the swapped problem), clusters of two along M only where
 there is more than one round of tiles to share B across (DeepGEMM's rule: multicast only with more than one
 wave), split-K only while the tiles alone leave SMs idle, and as many pipeline stages as fit. The pick is
 the cheapest by the model; ties go to the larger tile. The autotune table (`deepgemm.autotune`) replaces
@@ -51,10 +52,13 @@ from deepgemm.model import ceil_div
 BLOCK_MS = (64, 128)  # one consumer warpgroup of 64 rows (listed first: it wins ties), or two
 BLOCK_K = 64
 BLOCK_NS = (256, 192, 128, 64)  # the wgmma N v5 issues, widest first (ties go to the first)
+SWAP_BLOCK_NS = (16, 32)  # swapped: C's rows as wgmma's N (ties go to the narrower)
+MAX_STAGES = 16  # the deepest pipeline offered, however small the stages
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_K_TILES_PER_UNIT = 4  # a slice of K shorter than this cannot fill the pipeline it runs through
 SMEM_BYTES = 227 * 1024  # what one CTA may use
 EPILOGUE_BYTES = 32 * 1024 + 1024  # v5's store boxes and alignment slack
+ALIGN_BYTES = 1024  # the alignment slack alone
 CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
 FLOP_PER_CLOCK = 4096  # dense FP16/BF16 per SM per clock
 L2_BYTES_PER_CLOCK = 56  # operand bytes TMA delivers into one SM per clock (fitted, see above)
@@ -74,9 +78,12 @@ class Choice:
     split_k: int
     num_stages: int
     estimate_us: float
+    swap_ab: bool = False
 
     def config(self) -> GemmConfig:
         extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": 1, "SPLIT_K": self.split_k}
+        if self.swap_ab:
+            extra["SWAP_AB"] = 1
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
@@ -85,15 +92,18 @@ class Choice:
 
 def config_name(cfg: GemmConfig) -> str:
     """A config as a short label: 'n256 c2 s1 st4' (BLOCK_N, CLUSTER_M, SPLIT_K, NUM_STAGES), with 'm64 '
-    in front for BLOCK_M 64."""
-    extra, rows = cfg.extra, "m64 " if cfg.block_m == 64 else ""
-    return f"{rows}n{cfg.block_n} c{extra.get('CLUSTER_M', 1)} s{extra.get('SPLIT_K', 1)} st{cfg.num_stages}"
+    in front for BLOCK_M 64 and 'swap ' for swap AB."""
+    extra = cfg.extra
+    front = ("swap " if extra.get("SWAP_AB") else "") + ("m64 " if cfg.block_m == 64 else "")
+    return f"{front}n{cfg.block_n} c{extra.get('CLUSTER_M', 1)} s{extra.get('SPLIT_K', 1)} st{cfg.num_stages}"
 
 
-def max_stages(block_n: int, block_m: int = 128) -> int:
-    """As many pipeline stages of a BLOCK_M x 64 A tile and a BLOCK_N x 64 B tile as fit beside the epilogue."""
+def max_stages(block_n: int, block_m: int = 128, swap_ab: bool = False) -> int:
+    """As many pipeline stages of a BLOCK_M x 64 A tile and a BLOCK_N x 64 B tile as fit beside the epilogue
+    (swapped, the epilogue stores from registers and takes no shared memory), MAX_STAGES at most."""
     stage_bytes = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES
-    return (SMEM_BYTES - EPILOGUE_BYTES) // stage_bytes
+    epilogue = ALIGN_BYTES if swap_ab else EPILOGUE_BYTES
+    return min(MAX_STAGES, (SMEM_BYTES - epilogue) // stage_bytes)
 
 
 def estimate_us(
@@ -115,9 +125,11 @@ def estimate_us(
     return max(ceil_div(units, slots) * unit_us, hbm_bytes / (HBM_GBS * 1e3)) + fixed
 
 
-def candidates(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False) -> list[Choice]:
+def candidates(
+    m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False
+) -> list[Choice]:
     """Every configuration the heuristic weighs for this problem, cheapest first (module docstring)."""
-    found = []
+    found = [] if a_mn_major else swapped_candidates(m, n, k, sm_count)
     k_tiles = ceil_div(k, BLOCK_K)
     for block_m in BLOCK_MS:
         if block_m < 128 and m > block_m:
@@ -134,12 +146,29 @@ def candidates(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False) 
                         continue
                     estimate = estimate_us(m, n, k, block_n, cluster_m, split, sm_count, block_m)
                     found.append(Choice(block_m, block_n, cluster_m, split, max_stages(block_n, block_m), estimate))
-    return sorted(found, key=lambda c: c.estimate_us)  # stable: among equals the wider tile, listed first
+    return sorted(found, key=lambda c: c.estimate_us)  # stable: among equals the one listed first
 
 
-def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False) -> Choice:
+def swapped_candidates(m: int, n: int, k: int, sm_count: int) -> list[Choice]:
+    """Swap AB for M <= 32: the swapped problem (N x M x K) in tiles of 64 or 128 rows of N and 16 or 32
+    columns of M (one column of tiles), without a cluster, with split-K while the tiles leave SMs idle."""
+    found = []
+    k_tiles = ceil_div(k, BLOCK_K)
+    for block_n in (b for b in SWAP_BLOCK_NS if m <= b):
+        for block_m in (128, 64):
+            tiles = ceil_div(n, block_m)
+            for split in SPLITS:
+                if split > 1 and (tiles * 2 > sm_count or k_tiles < split * MIN_K_TILES_PER_UNIT):
+                    continue
+                estimate = estimate_us(n, m, k, block_n, 1, split, sm_count, block_m)
+                stages = max_stages(block_n, block_m, swap_ab=True)
+                found.append(Choice(block_m, block_n, 1, split, stages, estimate, swap_ab=True))
+    return found
+
+
+def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False) -> Choice:
     """The model's pick for an M x N x K problem on `sm_count` SMs."""
-    return candidates(m, n, k, sm_count, b_mn_major)[0]
+    return candidates(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
 
 
 TABLE_NAME = "autotune"
@@ -155,11 +184,14 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
         "CLUSTER_M": extra.get("CLUSTER_M", 1),
         "CLUSTER_N": extra.get("CLUSTER_N", 1),
         "SPLIT_K": extra.get("SPLIT_K", 1),
+        "SWAP_AB": extra.get("SWAP_AB", 0),
     }
 
 
 def config_from_fields(fields: dict[str, int]) -> GemmConfig:
     extra = {name: int(fields[name]) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
+    if fields.get("SWAP_AB"):
+        extra["SWAP_AB"] = 1
     block_m = int(fields.get("block_m", 128))
     return GemmConfig(
         block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra
@@ -182,11 +214,20 @@ def problem_key(row: dict) -> tuple[str, int, int, int]:
 
 
 def pick_config(
-    m: int, n: int, k: int, dtype_name: str, gpu: str, sm_count: int, b_mn_major: bool
+    m: int, n: int, k: int, dtype_name: str, gpu: str, sm_count: int, b_mn_major: bool, a_mn_major: bool = False
 ) -> tuple[GemmConfig, str]:
     """The configuration for a problem and where it came from: "table" (autotune.json of this GPU) or
-    "heuristic". A table entry the layout cannot use (an MN-major B in boxes that do not divide) is passed over."""
+    "heuristic". A table entry the layout cannot use (an MN-major operand in boxes that do not divide) is
+    passed over."""
     found = table(results.gpu_directory(gpu)).get((dtype_name, m, n, k))
-    if found is not None and not (b_mn_major and (found.block_n // found.extra["CLUSTER_M"]) % 64):
+    if found is not None and layout_fits(found, b_mn_major, a_mn_major):
         return found, "table"
-    return choose(m, n, k, sm_count, b_mn_major).config(), "heuristic"
+    return choose(m, n, k, sm_count, b_mn_major, a_mn_major).config(), "heuristic"
+
+
+def layout_fits(cfg: GemmConfig, b_mn_major: bool, a_mn_major: bool) -> bool:
+    """Whether each CTA's part of an MN-major operand is whole 64-wide boxes: swapped, a arrives in BLOCK_N
+    rows (16 or 32, never whole boxes) and b in BLOCK_M; else b in BLOCK_N / CLUSTER_M."""
+    if cfg.extra.get("SWAP_AB"):
+        return not a_mn_major
+    return not (b_mn_major and (cfg.block_n // cfg.extra["CLUSTER_M"]) % 64)

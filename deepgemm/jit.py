@@ -270,8 +270,8 @@ _SHT_NOBITS = 8
 
 def cubin_global_int(cubin: bytes, name: str) -> int:
     """The initial value of a 4-byte global `name` in a cubin (a 64-bit little-endian ELF): its symbol in the
-    symbol table gives its section and offset, and the section's bytes hold the value. KeyError names a
-    symbol the cubin does not have."""
+    symbol table gives its section and offset, and the section's bytes hold the value (a global initialised
+    to 0 sits in a zero-filled section with no bytes). KeyError names a symbol the cubin does not have."""
     (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
@@ -284,7 +284,7 @@ def cubin_global_int(cubin: bytes, name: str) -> int:
             end = cubin.index(b"\0", strings + name_at)
             if cubin[strings + name_at : end].decode() == name:
                 if sections[index][1] == _SHT_NOBITS:
-                    raise ValueError(f"{name} has no initial value in the cubin (it is not a const global)")
+                    return 0
                 (found,) = struct.unpack_from("<i", cubin, sections[index][4] + value)
                 return found
     raise KeyError(f"the cubin has no symbol {name}")

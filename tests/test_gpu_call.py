@@ -250,3 +250,16 @@ def test_split_k_plans_of_several_sizes_share_one_stream_scratch(framework):
         got = cupy.from_dlpack(result) if framework == "torch" else result
         stats = error_stats(got, reference(a, b))
         assert stats.passed, f"{framework} {shape}: {stats.summary()}"
+
+
+@pytest.mark.parametrize("framework", call_suite.FRAMEWORKS)
+def test_small_m_calls_are_right_in_every_layout_whichever_config_they_get(framework):
+    """[8] At M = 1 and 16 the model may pick swap AB, which takes only a K-major a: every layout pair
+    through the call, with no config, is right (an MN-major a gets a config it can take)."""
+    for m in (1, 16):
+        for i, (a_layout, b_layout) in enumerate(call_suite.LAYOUT_PAIRS):
+            a, b = _operands((m, 1000, 520), "fp16", a_layout, b_layout, seed=640 + i)
+            result = deepgemm.gemm(*_as_framework(framework, (a, b)))
+            got = cupy.from_dlpack(result) if framework == "torch" else result
+            stats = error_stats(got, reference(a, b))
+            assert stats.passed, f"{framework} M = {m} {a_layout} x {b_layout}: {stats.summary()}"

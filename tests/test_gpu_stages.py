@@ -342,3 +342,68 @@ def test_library_call_on_cupy_returns_cupy():
     assert isinstance(deepgemm.gemm(a, b), cupy.ndarray)
     out = cupy.empty((300, 520), dtype=cupy.float16)
     assert verify(lambda: deepgemm.gemm(a, b, out=out), reference(a, b), out).passed
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_swap_ab_every_tile_and_split_the_heuristic_may_pick(dtype):
+    """[8] Swap AB: tiles of 128 or 64 rows of N by 16 or 32 rows of M, split-K 1, 3 (uneven), 8 and 16 of
+    the splits the heuristic offers, at M = 1, tails in every dimension and M over one tile of 16; b
+    K-major and MN-major (the kernel's A either way), a K-major (the only layout swap AB takes)."""
+    import cupy
+
+    from deepgemm.check import random_problem
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import max_stages
+
+    launcher = _stage_or_skip("v5_fused")
+    failures = []
+    for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (16, 32)):
+        stages = max_stages(block_n, block_m, swap_ab=True)
+        for split in (1, 3, 8, 16):
+            config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages,
+                                extra={"CLUSTER_M": 1, "SPLIT_K": split, "SWAP_AB": 1})  # fmt: skip
+            shapes = (
+                ((1, 520, 4100), (17, 1000, 4160), (33, 300, 1100))
+                if split > 4
+                else ((1, 520, 1000), (17, 1000, 520), (33, 300, 200))
+            )
+            for i, (m, n, k) in enumerate(shapes):
+                if split * 4 > -(-k // 64):
+                    continue
+                a, b = random_problem(m, n, k, input_dtype(dtype), seed=970 + i)
+                for b_in in (b, cupy.ascontiguousarray(b)):  # K-major, MN-major
+                    stats = _check(launcher, a, b_in, config=config)
+                    if not stats.passed:
+                        failures.append(f"{m}x{n}x{k} {config} b strides {b_in.strides}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_refuses_an_mn_major_a(dtype):
+    """[8] Swapped, the bias runs along the tile's rows: bias + GELU into a 16-bit or fp32 out (with split-K),
+    into an out with a row stride; five more launches bit-identical; an MN-major a is refused by name."""
+    import cupy
+
+    from deepgemm.check import random_problem, reference, verify
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT32, input_dtype
+
+    launcher = _stage_or_skip("v5_fused")
+    a, b = random_problem(9, 700, 1000, input_dtype(dtype), seed=31)
+    bias = cupy.random.default_rng(31).random(700, dtype=cupy.float32) * 2 - 1
+    expected = reference(a, b, bias=bias, activation="gelu_tanh")
+    for out_dtype, split in ((None, 1), (FLOAT32, 3), (None, 3)):
+        config = GemmConfig(block_n=16, num_stages=8, extra={"CLUSTER_M": 1, "SPLIT_K": split, "SWAP_AB": 1})
+        launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+        stats = verify(launch, expected, launch.out)
+        assert stats.passed, f"out {out_dtype}, SPLIT_K {split}: {stats.summary()}"
+        first = launch().copy()
+        for _ in range(5):
+            assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "swap AB is not deterministic"
+    wide = cupy.full((9, 1000), cupy.nan, dtype=a.dtype)
+    config = GemmConfig(block_n=16, num_stages=8, extra={"CLUSTER_M": 1, "SWAP_AB": 1})
+    launch = launcher.plan(a, b, wide[:, :700], config=config)
+    assert verify(launch, reference(a, b), launch.out).passed and bool(cupy.isnan(wide[:, 700:]).all())
+    with pytest.raises(ValueError, match="SWAP_AB = 1 reads a in boxes"):
+        launcher.plan(cupy.ascontiguousarray(a.T).T, b, config=config)

@@ -162,3 +162,17 @@ def test_close_candidates_are_timed_again_in_turn_and_ranked_by_their_median(mon
     assert order == ["a", "b"] * 3
     assert [e["us"] for e in passed] == [10.55, 10.1, 11.0] and "timings" not in passed[2]
     assert min(passed, key=lambda e: e["us"])["name"] == "b"
+
+
+def test_swap_ab_is_weighed_only_for_a_few_rows_and_a_k_major_a():
+    """Swap AB puts M in wgmma's N (16 or 32): offered for M <= 32, never for an a that is MN-major (its
+    16- or 32-row boxes would split TMA's 64-wide ones); its name and fields carry it."""
+    assert any(c.swap_ab for c in heuristic.candidates(16, 4096, 4096, 132))
+    assert not any(c.swap_ab for c in heuristic.candidates(33, 4096, 4096, 132))
+    assert not any(c.swap_ab for c in heuristic.candidates(1, 4096, 4096, 132, a_mn_major=True))
+    assert all(c.block_n >= 16 for c in heuristic.swapped_candidates(16, 4096, 4096, 132))
+    swap = next(c for c in heuristic.candidates(1, 4096, 4096, 132) if c.swap_ab).config()
+    assert config_name(swap).startswith("swap ") and config_from_fields(heuristic.config_fields(swap)) == swap
+    assert heuristic.layout_fits(swap, b_mn_major=True, a_mn_major=False)
+    assert not heuristic.layout_fits(swap, b_mn_major=False, a_mn_major=True)
+    assert heuristic.max_stages(16, 64, swap_ab=True) == heuristic.MAX_STAGES

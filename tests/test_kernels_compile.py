@@ -333,3 +333,21 @@ def test_file_defaults_match_the_launcher_defaults(stage):
         found = re.search(rf"#define {name} (\d+)", text)
         assert found, f"{stage}/kernel.cu has no default for {name}"
         assert int(found.group(1)) == value, f"{stage}: kernel.cu says {name} {found.group(1)}, launcher {value}"
+
+
+@pytest.mark.parametrize(("block_m", "block_n", "split"), [(128, 16, 1), (64, 32, 4), (128, 32, 16)])
+def test_v5_swap_ab_builds_issue_narrow_wgmma_and_store_c_by_pointer(block_m, block_n, split):
+    """[8] Swapped: wgmma m64n16 or m64n32, no spills, the main loop as short as the others; no store box
+    (C comes as a pointer: the launcher then passes its row stride), so no TMA store and no stmatrix."""
+    for bf16 in (False, True):
+        knobs = {"SWAP_AB": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "SPLIT_K": split, "CLUSTER_M": 1,
+                 "NUM_STAGES": 10, "HAS_BIAS": 1, "ACTIVATION": 2}  # fmt: skip
+        defines = launcher_defines("v5_fused", bf16, **knobs)
+        report = compiled("v5_fused", defines)
+        assert report.spill_stores == 0 and SERIALISED_WGMMA not in report.log, (knobs, report.log)
+        assert report.launch_facts().store_box is None
+        code = sass("v5_fused", defines)
+        assert len(re.findall(rf"HGMMA\.64x{block_n}x16\.F32", code)) == 4, knobs
+        assert "UTMASTG" not in code and "STSM" not in code, knobs
+        loop = _sass_loop_around(code, f"HGMMA.64x{block_n}x16")
+        assert len(loop) <= V5_MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"

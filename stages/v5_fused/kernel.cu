@@ -21,6 +21,9 @@
 //   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N 64, 128, 192
 //       or 256 (wgmma m64nNk16), with the pipeline depth, cluster and split-K the library call picks per
 //       problem (an autotune table, else a cost model).
+//   [8] swap AB (SWAP_AB 1), for a few rows of C: the launcher passes b's (N, K) as A and a's (M, K) as B,
+//       so the kernel computes C^T and M becomes wgmma's N (BLOCK_N 16 or 32 instead of 64 padded rows);
+//       the epilogue writes each value to C transposed, straight from registers.
 // Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
 // issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
 // What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
@@ -105,6 +108,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef SPLIT_K
 #define SPLIT_K 1      // [6] slices of K per tile; > 1 adds fp32 partials through global memory
 #endif
+#ifndef SWAP_AB
+#define SWAP_AB 0      // [8] 1: A is b's (N, K), B is a's (M, K); C^T is computed and stored transposed
+#endif
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
@@ -139,14 +145,15 @@ constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue
 constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
 constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
-constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
+constexpr int EPI_BYTES = SWAP_AB ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
 static_assert(BLOCK_M == 64 || BLOCK_M == 128, "[7] one or two consumer warpgroups of 64 rows");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 CTAs per side");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
-static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "[7] wgmma m64nNk16, N = BLOCK_N, in whole 64-column store chunks");
+static_assert((BLOCK_N % 64 == 0 || (SWAP_AB && (BLOCK_N == 16 || BLOCK_N == 32))) && BLOCK_N <= 256,
+              "[7] wgmma m64nNk16, N = BLOCK_N, in whole 64-column store chunks; [8] 16 or 32 rows of C when swapped");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
@@ -163,8 +170,8 @@ static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
 // The launch facts the launcher reads back from the compiled module, so they are written only here.
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
 extern "C" __device__ const int LAUNCH_SMEM_BYTES = DYNAMIC_SMEM_BYTES;
-extern "C" __device__ const int LAUNCH_STORE_ROWS = EPI_ROWS;         // the box of C's tensor map: rows ...
-extern "C" __device__ const int LAUNCH_STORE_COLS = EPI_CHUNK_COLS;   // ... and columns (128 bytes of out_t)
+extern "C" __device__ const int LAUNCH_STORE_ROWS = SWAP_AB ? 0 : EPI_ROWS;  // the box of C's map: rows ...
+extern "C" __device__ const int LAUNCH_STORE_COLS = EPI_CHUNK_COLS;   // ... and columns; [8] 0: C by pointer
 
 // The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
 // parameter so that TMA can read it from the kernel's parameter space.
@@ -383,6 +390,8 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
 #define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                     "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WGMMA_D32(i) WGMMA_D8(i), WGMMA_D8(i + 8), WGMMA_D8(i + 16), WGMMA_D8(i + 24)
+#define WGMMA_REGS_0_7 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define WGMMA_REGS_8_15 "%8, %9, %10, %11, %12, %13, %14, %15"
 #define WGMMA_REGS_0_31 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -410,11 +419,12 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
 //   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
 // So a narrower N's fragment is the first part of a wider one's: the epilogue indexes them alike.
 // [7] N is BLOCK_N: 64, 128, 192 or 256 (wgmma allows any multiple of 8 up to 256; the epilogue stores
-// 64-column chunks).
+// 64-column chunks); [8] 16 or 32 when swapped (the epilogue stores single values).
 template <int N, int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc_a, unsigned long long desc_b,
                                                int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "the instruction shapes this kernel issues");
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
+                  "the instruction shapes this kernel issues");
     if constexpr (N == 256) {
         asm volatile(WGMMA_ASM("m64n256k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95
                                ", " WGMMA_REGS_96_127, "128", "129", "130", "131", "132")
@@ -429,9 +439,17 @@ __device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc
         asm volatile(WGMMA_ASM("m64n128k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63, "64", "65", "66", "67", "68")
                      : WGMMA_D32(0), WGMMA_D32(32)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    } else {
+    } else if constexpr (N == 64) {
         asm volatile(WGMMA_ASM("m64n64k16", WGMMA_REGS_0_31, "32", "33", "34", "35", "36")
                      : WGMMA_D32(0)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 32) {  // [8]
+        asm volatile(WGMMA_ASM("m64n32k16", WGMMA_REGS_0_7 ", " WGMMA_REGS_8_15, "16", "17", "18", "19", "20")
+                     : WGMMA_D8(0), WGMMA_D8(8)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else {  // [8] N == 16
+        asm volatile(WGMMA_ASM("m64n16k16", WGMMA_REGS_0_7, "8", "9", "10", "11", "12")
+                     : WGMMA_D8(0)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
     }
 }
@@ -587,6 +605,17 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
     return activation(fmaf(alpha, acc, bias));
 }
 
+// [8] One value to global memory, rounded once to out_t.
+__device__ __forceinline__ void store_out(out_t* dst, float v) {
+#if OUT_DTYPE == 2
+    *dst = v;
+#elif OUT_DTYPE == 1
+    *dst = __float2bfloat16_rn(v);
+#else
+    *dst = __float2half_rn(v);
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
 // there are cluster tiles or as fit on the GPU at once (the launcher asks the driver), each with
@@ -596,10 +625,18 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 // them zero again); both may be nullptr otherwise.
 // ---------------------------------------------------------------------------------------------------
 
+#if SWAP_AB
+// [8] The launcher passes the swapped problem: M is C's columns, N its rows; C comes as a pointer (row stride
+// ldc) to store C^T into, since no tensor map describes C transposed.
+extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
+gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b, out_t* __restrict__ c_out,
+            const float* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters)
+#else
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
             const __grid_constant__ TmaDesc tma_c,
             const float* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters)
+#endif
 {
     // ---- prologue -----------------------------------------------------------------------------------
     extern __shared__ unsigned char smem_raw[];
@@ -765,6 +802,26 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             if (!splitk_sum_if_last(acc, partials, counters, strip, num_strips, unit.slice, M - warp_row0, lane))
                 continue;
 #endif
+#if SWAP_AB
+            // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
+            // out_t at C(c, r). The 8 lanes with the same lane % 4 hold 8 neighbouring columns of one row
+            // of C, so each store instruction writes 4 runs of 8 contiguous elements.
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = warp_row0 + lane / 4 + 8 * h;
+                    const float row_bias = HAS_BIAS && row < M ? __ldg(bias + row) : 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4) + e;
+                        if (row < M && col < N)
+                            store_out(c_out + (long long)col * ldc + row,
+                                      epilogue_value(acc[4 * j + 2 * h + e], alpha, row_bias));
+                    }
+                }
+            }
+#else
             constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
 #pragma unroll
             for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
@@ -821,6 +878,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     bulk_commit_group();
                 }
             }
+#endif
         }
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();

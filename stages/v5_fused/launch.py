@@ -10,6 +10,7 @@ same launch. Needs sm_90a.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import cupy
@@ -21,6 +22,7 @@ from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.launch import KernelLaunch, tma_gemm_launch
 from deepgemm.model import ceil_div, cluster_tiles
 from deepgemm.operands import Problem, bias_vector, check_problem, require_gpu
+from deepgemm.tma import read_in_place
 
 STAGE = "v5_fused"
 MIN_CC = (9, 0)
@@ -30,13 +32,18 @@ DEFAULTS = GemmConfig(
     block_n=256,
     block_k=64,
     num_stages=4,
-    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1},
+    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "SWAP_AB": 0},
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 # What changes from call to call, by position and kind: the maps of A, B and C, the bias pointer and alpha
 # (M, N and K follow, fixed by the plan), and split-K's partials and counters.
 GEMM_SLOTS = {"a": (0, "map"), "b": (1, "map"), "out": (2, "map"), "bias": (3, "ptr"), "alpha": (4, "f32")}
 SPLIT_SLOTS = {**GEMM_SLOTS, "partials": (8, "ptr"), "counters": (9, "ptr")}
+# [8] Swapped, the kernel's A is b (its map re-pointed at b) and its B is a; C is a pointer, and its row
+# stride follows K, before split-K's partials and counters.
+SWAP_SLOTS = {"b": (0, "map"), "a": (1, "map"), "out": (2, "ptr"), "bias": (3, "ptr"), "alpha": (4, "f32")}
+SWAP_SPLIT_SLOTS = {**SWAP_SLOTS, "partials": (9, "ptr"), "counters": (10, "ptr")}
+SWAP_BLOCK_N = (16, 32)  # [8] C's rows as wgmma's N
 STRIP_ROWS = 16  # rows of C per consumer warp: one split-K counter each
 
 
@@ -50,7 +57,9 @@ def epilogue_defines(has_bias: bool, activation: str | None, out_dtype: np.dtype
 
 def check_config(cfg: GemmConfig) -> None:
     """The tile and cluster the kernel is written for: ValueError names the knob and why."""
-    require_wgmma_tile(cfg, block_n=(64, 128, 192, 256), block_m=(64, 128))
+    swap = cfg.value("SWAP_AB")
+    require_in(cfg, "SWAP_AB", (0, 1), "1 computes C^T = b^T a^T, C's rows as wgmma's N")
+    require_wgmma_tile(cfg, block_n=SWAP_BLOCK_N if swap else (64, 128, 192, 256), block_m=(64, 128))
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
     require_in(cfg, "CLUSTER_N", (1, 2), "CTAs per cluster sharing A through TMA multicast")
     split = cfg.value("SPLIT_K")
@@ -72,6 +81,12 @@ def split_k_scratch(p: Problem, cfg: GemmConfig) -> tuple[int, int]:
     cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
     tiles = cluster_tiles(p.m, p.n, block_m, block_n, cluster_m, cluster_n) * cluster_m * cluster_n
     return cfg.value("SPLIT_K") * tiles * block_m * block_n, tiles * block_m // STRIP_ROWS
+
+
+def a_is_mn_major(a: Any) -> bool:
+    """Whether TMA reads `a` (M, K) in place as MN-major (M contiguous)."""
+    found = read_in_place(a, mn_major_ok=True)
+    return found is not None and found[1]
 
 
 def plan(
@@ -98,20 +113,26 @@ def plan_problem(
     config: GemmConfig | None = None,
 ) -> KernelLaunch:
     """The launch of a checked problem (`check_problem`): what the library call plans once per key. With
-    SPLIT_K > 1 the plan holds its own partials and counters (the library call passes its own per stream)."""
+    SPLIT_K > 1 the plan holds its own partials and counters (the library call passes its own per stream).
+    [8] With SWAP_AB the kernel runs the swapped problem, b^T (N, K) times a^T, and writes C transposed."""
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)
+    swap = cfg.value("SWAP_AB") == 1
+    if swap and a_is_mn_major(p.a):
+        raise ValueError("SWAP_AB = 1 reads a in boxes of BLOCK_N (16 or 32) rows, which must be K-major: pass a as a "
+                         "row-major (M, K), not the transposed view of a (K, M)")  # fmt: skip
+    bias_f32 = bias_vector(bias, p.n) if bias is not None else None  # C's columns, whichever way it runs
+    run = replace(p, a=p.b.T, b=p.a.T, m=p.n, n=p.m) if swap else p
     split = cfg.value("SPLIT_K")
     if split > 1:
         check_split(split, p.k, cfg.value("BLOCK_K"))
-    scratch = split_k_scratch(p, cfg) if split > 1 else (0, 0)
+    scratch = split_k_scratch(run, cfg) if split > 1 else (0, 0)
     partials = cupy.empty(scratch[0], dtype=FLOAT32) if split > 1 else None
     counters = cupy.zeros(scratch[1], dtype=np.uint32) if split > 1 else None  # the kernel leaves them zero
-    bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     bias_arg = bias_f32 if bias_f32 is not None else np.uint64(0)  # a null pointer when there is no bias
     launch = tma_gemm_launch(
         STAGE,
-        p,
+        run,
         cfg,
         swizzle_bytes=SWIZZLE_BYTES,
         persistent=True,
@@ -122,7 +143,12 @@ def plan_problem(
         tail_args=tuple(np.uint64(0) if x is None else x for x in (partials, counters)),
         units_per_tile=split,
     )
-    launch.slots, launch.scratch = (SPLIT_SLOTS if split > 1 else GEMM_SLOTS), scratch
+    launch.scratch = scratch
+    if swap:  # the call's a and b are the kernel's B and A: so are their slots and copies
+        launch.slots = SWAP_SPLIT_SLOTS if split > 1 else SWAP_SLOTS
+        launch.staged = {{"a": "b", "b": "a"}.get(name, name): shape for name, shape in launch.staged.items()}
+    else:
+        launch.slots = SPLIT_SLOTS if split > 1 else GEMM_SLOTS
     return launch
 
 
