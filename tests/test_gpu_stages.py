@@ -405,5 +405,9 @@ def test_v5_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_refuses_an_mn_maj
     config = GemmConfig(block_n=16, num_stages=8, extra={"CLUSTER_M": 1, "SWAP_AB": 1})
     launch = launcher.plan(a, b, wide[:, :700], config=config)
     assert verify(launch, reference(a, b), launch.out).passed and bool(cupy.isnan(wide[:, 700:]).all())
+    a16, b16 = random_problem(16, 700, 1000, input_dtype(dtype), seed=32)  # 32-byte rows: TMA reads a16.T in place
     with pytest.raises(ValueError, match="SWAP_AB = 1 reads a in boxes"):
-        launcher.plan(cupy.ascontiguousarray(a.T).T, b, config=config)
+        launcher.plan(cupy.ascontiguousarray(a16.T).T, b16, config=config)
+    mn_unreadable = cupy.ascontiguousarray(a.T).T  # 9 rows, 18-byte rows: copied K-major, so swap AB takes it
+    launch = launcher.plan(mn_unreadable, b, config=config)
+    assert verify(launch, reference(a, b), launch.out).passed
