@@ -1,5 +1,5 @@
 // v5_fused: the last stage. Over v4 (one CTA per 128x256 tile, C = A*B stored from registers) it adds
-// seven techniques, each a block of the kernel marked [1] to [7]:
+// eight techniques, each a block of the kernel marked [1] to [8]:
 //   [1] persistent tiles: one CTA per SM walks its tiles in grouped order. Producer and consumers keep
 //       their stage/phase counters across tiles, so the producer fills the next tile's stages during
 //       this tile's epilogue, and barrier setup and pipeline fill are paid once per SM, not per tile.
