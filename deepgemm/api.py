@@ -32,7 +32,7 @@ from deepgemm.frameworks import Cupy, Torch, framework_of
 from deepgemm.heuristic import pick_config
 from deepgemm.launch import KernelLaunch, device_limits
 from deepgemm.operands import Problem, as_device_array, check_problem, device_name, require_gpu
-from deepgemm.tma import read_in_place
+from deepgemm.tma import read_mn_major
 
 LIBRARY_STAGE = "v5_fused"  # the stage the library call runs: the last one
 PLAN_CACHE_SIZE = 1024  # plans kept, the oldest dropped first; a model has a few dozen shapes
@@ -146,8 +146,7 @@ def stage_launch(
 def chosen_config(problem: Problem, device: int) -> tuple[GemmConfig, str]:
     """The config a call without one runs: this GPU's autotune table entry for the problem, else the
     cost model's pick (`heuristic.pick_config`); and which of the two it is."""
-    b_found, a_found = read_in_place(problem.b.T, mn_major_ok=True), read_in_place(problem.a, mn_major_ok=True)
-    b_mn_major, a_mn_major = b_found is not None and b_found[1], a_found is not None and a_found[1]
+    b_mn_major, a_mn_major = read_mn_major(problem.b.T), read_mn_major(problem.a)
     gpu, sm_count = device_name(device), device_limits(device)["sm_count"]
     dtype = dtype_name(problem.a.dtype)
     return pick_config(problem.m, problem.n, problem.k, dtype, gpu, sm_count, b_mn_major, a_mn_major)

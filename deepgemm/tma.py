@@ -107,6 +107,12 @@ def read_in_place(x: cupy.ndarray, mn_major_ok: bool) -> tuple[cupy.ndarray, boo
     return None
 
 
+def read_mn_major(x: cupy.ndarray) -> bool:
+    """Whether TMA reads an operand `x` (M or N, K) in place as MN-major (M or N contiguous)."""
+    found = read_in_place(x, mn_major_ok=True)
+    return found is not None and found[1]
+
+
 def tma_describable(x: cupy.ndarray) -> bool:
     """Whether TMA can address `x` as it is: a 16-byte aligned base and a row stride of a multiple of 16 bytes."""
     return x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[1] == x.itemsize

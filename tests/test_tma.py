@@ -95,10 +95,12 @@ class _Operand:
     ],
 )
 def test_operands_are_read_in_place_in_either_layout_where_tma_can_describe_them(strides, mn_major_ok, expected):
-    from deepgemm.tma import read_in_place
+    from deepgemm.tma import read_in_place, read_mn_major
 
     x = _Operand(strides)
     found = read_in_place(x, mn_major_ok)
+    if mn_major_ok:
+        assert read_mn_major(x) == (expected == "MN-major")
     if expected is None:
         assert found is None
         return

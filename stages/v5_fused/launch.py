@@ -22,7 +22,7 @@ from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.launch import KernelLaunch, tma_gemm_launch
 from deepgemm.model import ceil_div, cluster_tiles
 from deepgemm.operands import Problem, bias_vector, check_problem, require_gpu
-from deepgemm.tma import read_in_place
+from deepgemm.tma import read_mn_major
 
 STAGE = "v5_fused"
 MIN_CC = (9, 0)
@@ -83,12 +83,6 @@ def split_k_scratch(p: Problem, cfg: GemmConfig) -> tuple[int, int]:
     return cfg.value("SPLIT_K") * tiles * block_m * block_n, tiles * block_m // STRIP_ROWS
 
 
-def a_is_mn_major(a: Any) -> bool:
-    """Whether TMA reads `a` (M, K) in place as MN-major (M contiguous)."""
-    found = read_in_place(a, mn_major_ok=True)
-    return found is not None and found[1]
-
-
 def plan(
     a: Any,
     b: Any,
@@ -118,7 +112,7 @@ def plan_problem(
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     check_config(cfg)
     swap = cfg.value("SWAP_AB") == 1
-    if swap and a_is_mn_major(p.a):
+    if swap and read_mn_major(p.a):
         raise ValueError("SWAP_AB = 1 reads a in boxes of BLOCK_N (16 or 32) rows, which must be K-major: pass a as a "
                          "row-major (M, K), not the transposed view of a (K, M)")  # fmt: skip
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None  # C's columns, whichever way it runs
