@@ -48,12 +48,7 @@ def test_the_model_ranks_and_prices_the_recorded_candidates():
     """Against the H200's autotune record: the model's first choice among the timed candidates is within 5%
     of the fastest on average and never more than 30% slower; its estimates are within 25% of the measured
     time for the middle 80% of the candidates."""
-    regrets, ratios = [], []
-    for row in results.load("autotune")["rows"]:
-        timed = {c["name"]: c["us"] for c in row["candidates"] if c["passed"]}
-        ranked = [c for c in heuristic.candidates(row["m"], row["n"], row["k"], 132) if c.name() in timed]
-        regrets.append(timed[ranked[0].name()] / min(timed.values()))
-        ratios += [c.estimate_us / timed[c.name()] for c in ranked]
+    regrets, ratios = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
     assert sum(regrets) / len(regrets) < 1.05 and max(regrets) < 1.3
     ratios.sort()
     assert ratios[len(ratios) // 10] > 0.75 and ratios[9 * len(ratios) // 10] < 1.25
