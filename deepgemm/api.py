@@ -228,14 +228,7 @@ class Launched:
             values["partials"], values["counters"] = split_k_scratch(fw, self.device, stream, self.scratch, a)
         # Held until the kernel is queued: a buffer dropped earlier goes back to the framework's allocator,
         # which may hand its memory to the next one (the padded out) for the same kernel to write into.
-        staged = []
-        for name, shape in self.staged_in.items():  # copied on the kernel's stream, so they live until read
-            source = a if name == "a" else b.T  # as the kernel reads it: (M or N, K)
-            k = source.shape[1]
-            padded = (fw.zeros if shape[1] > k else fw.empty)(shape, source.dtype, a)  # the map reads K's padding
-            fw.copy(padded[:, :k], source)
-            values[name] = fw.pointer(padded)
-            staged.append(padded)
+        staged = self.copy_in(a, b, values)
         written = None if self.staged_out is None else fw.empty(self.staged_out, self.out_dtype, a)
         if written is not None:
             written = written[:, : self.out_shape[1]]
@@ -252,6 +245,19 @@ class Launched:
             fw.copy(result, written)
         del staged  # the copies are queued before the kernel on this stream: their memory may be reused now
         return result
+
+    def copy_in(self, a: Any, b: Any, values: dict[str, Any]) -> list[Any]:
+        """The row-padded copies of a and b's (N, K) the kernel reads instead of them, on its stream (so they
+        live until read); their pointers go into `values`."""
+        fw, staged = self.framework, []
+        for name, shape in self.staged_in.items():
+            source = a if name == "a" else b.T  # as the kernel reads it: (M or N, K)
+            k = source.shape[1]
+            padded = (fw.zeros if shape[1] > k else fw.empty)(shape, source.dtype, a)  # the map reads K's padding
+            fw.copy(padded[:, :k], source)
+            values[name] = fw.pointer(padded)
+            staged.append(padded)
+        return staged
 
 
 class Replanned:
