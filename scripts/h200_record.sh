@@ -8,7 +8,8 @@
 #   scripts/h200_record.sh call     the call suite (deepgemm.gemm beside torch.matmul, every layout, host us per
 #                                   call, first call cold and warm: call.json, about 3.5 minutes), then the
 #                                   call's GPU tests (tests/test_gpu_call.py)
-#   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt)
+#   scripts/h200_record.sh tests    the whole test suite on the GPU (results/h200/gpu_tests.txt; TESTS and
+#                                   TESTS_APPEND split it over device calls, see gpu_tests)
 #   scripts/h200_record.sh pairs    v5 and cuBLAS alternated six times per shape and dtype, then the GPU tests
 #   scripts/h200_record.sh verify   after changes outside the kernels: GPU tests, sanitizer, the lab's v5_group_m sweep
 #   scripts/h200_record.sh coalescer  the lab's L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
@@ -28,10 +29,15 @@ export PYTHONUNBUFFERED=1
 export DEEPGEMM_COMMIT=${DEEPGEMM_COMMIT:-unknown}
 part=${1:-bench}
 
-gpu_tests() {  # the whole suite on the GPU, its tail kept with the GPU, date and commit
-  echo "# python3 -m pytest tests on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
-    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" > results/h200/gpu_tests.txt
-  timeout 420 python3 -m pytest tests lab/tests -q -rfE -p no:cacheprovider 2>&1 | tail -40 | tee -a results/h200/gpu_tests.txt
+# The whole suite on the GPU, its tail kept with the GPU, date and commit. It outgrows one device call:
+# TESTS="tests/test_gpu_stages.py" runs one part, TESTS_APPEND=1 adds a part to the file instead of replacing it.
+gpu_tests() {
+  local paths=${TESTS:-tests lab/tests} file=results/h200/gpu_tests.txt
+  [ "${TESTS_APPEND:-0}" = 1 ] || : > $file
+  echo "# python3 -m pytest $paths on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" >> $file
+  # shellcheck disable=SC2086  # paths is a list
+  timeout 540 python3 -m pytest $paths -q -rfE -p no:cacheprovider --durations=5 2>&1 | tail -40 | tee -a $file
 }
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
