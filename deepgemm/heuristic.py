@@ -33,9 +33,9 @@ the model's guess with a measurement for every shape it holds.
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
 and four fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches three on the
 FP16 rows, the launch cost only scales every estimate). Among the candidates the record timed, the model's
-first choice is on average 2.1% slower than the fastest in FP16 and 1.8% in BF16; its estimates of those
-candidates are within 0.77 to 1.20 times the measured time for 80% of them (`model_accuracy`;
-`tests/test_heuristic.py` checks both against the record). Swap AB is priced but not yet in the record.
+first choice is on average 1.6% slower than the fastest in FP16 and 1.0% in BF16; its estimates of those
+candidates are within 0.87 to 1.20 times the measured time for 80% of them (`model_accuracy`;
+`tests/test_heuristic.py` checks both against the record).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ export DEEPGEMM_COMMIT=${DEEPGEMM_COMMIT:-unknown}
 part=${1:-bench}
 
 # The whole suite on the GPU, its tail kept with the GPU, date and commit. It outgrows one device call:
-# TESTS="tests/test_gpu_stages.py" runs one part, TESTS_APPEND=1 adds a part to the file instead of replacing it.
+# TESTS="tests/test_gpu_stages.py" runs one part, TESTS_APPEND=1 adds a part to the file instead of replacing it
+# (each device call starts from this tree again: join the parts returned by each call here).
 gpu_tests() {
   local paths=${TESTS:-tests lab/tests} file=results/h200/gpu_tests.txt
   [ "${TESTS_APPEND:-0}" = 1 ] || : > $file
