@@ -9,12 +9,14 @@
 #   make wheels                      on a connected machine: nbval, ipykernel, nbclient and their
 #                                    dependencies for WHEEL_PYTHON (default 3.12) into .whl/ (~17 MB)
 #   make test WHEELS=.whl            on the runner: installs them into .nbval-site/ from that folder only
+#   make nbval WHEELS=.whl           the notebooks alone under nbval (live on a GPU)
 #   make notebooks WHEELS=.whl       every notebook executed, with its outputs, into out/notebooks/
 
 CUDA ?= 13
 VENV ?= .venv
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+NBVAL_ARGS ?=
 WHEELS ?=
 WHEEL_PYTHON ?= 3.12
 NOTEBOOK_PACKAGES := nbval ipykernel nbclient
@@ -38,7 +40,7 @@ NB_STAMP :=
 NB_ENV :=
 endif
 
-.PHONY: bench test notebooks lint setup clean wheels
+.PHONY: bench test nbval notebooks lint setup clean wheels
 
 setup: $(STAMP)
 
@@ -63,8 +65,13 @@ bench: $(STAMP)
 
 test: $(STAMP) $(NB_STAMP)
 	$(PY) -m pytest tests lab/tests $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory nbval
+
+# The notebooks under nbval alone: live where there is a GPU (every `if LIVE:` cell runs), else on the records.
+nbval: $(STAMP) $(NB_STAMP)
 	@if $(NB_ENV) $(PY) -c "import nbval" >/dev/null 2>&1; then \
-		$(NB_ENV) $(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider notebooks; \
+		$(NB_ENV) $(PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider \
+			$(NBVAL_ARGS) notebooks; \
 	else echo "nbval is not installed here: notebooks not executed (WHEELS=DIR installs it from wheels)"; fi
 
 notebooks: $(STAMP) $(NB_STAMP)

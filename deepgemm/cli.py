@@ -13,6 +13,7 @@ from pathlib import Path
 import cupy
 
 from deepgemm import (
+    ablation,
     autotune,
     bench,
     call_suite,
@@ -50,6 +51,8 @@ SUITES = {
     "call": "deepgemm.gemm per call beside torch.matmul: torch and CuPy inputs, four layouts, host us per call, "
     "and the first call in a fresh process (cold and warm CuPy cache)",
     "shapes": "the shape table: deepgemm.gemm beside torch.matmul per call and on the GPU alone (notebook 07)",
+    "ablation": "each stage with its technique switched off (swizzle, stages, GROUP_M, multicast, persistence, "
+    "fusion), timed beside cuBLAS and profiled; at 4096^3 (v0 2048^3) unless shapes are given",
 }
 RASTER = ("v4_pipeline_swizzle", "GROUP_M", (8, 1))  # the raster suite: stage, knob, settings (default first)
 PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cuBLAS (`--pairs`)
@@ -78,6 +81,10 @@ def run_suite(
         return call_suite.bench_shape_call(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "pairs":
         return bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, settle_s=settle, log=log)
+    if suite == "ablation":
+        if not m == n == k:
+            raise ValueError(f"the ablation suite runs M = N = K, not {m}x{n}x{k}")
+        return [row for stage in stage_list for row in ablation.run(stage, dtype, size=m, settle_s=settle, log=log)]
     raise ValueError(f"unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
 
 
@@ -87,10 +94,25 @@ def settle_s(args: argparse.Namespace, suite: str) -> float:
 
 
 def run_bench(stage_list: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
+    if suite == "ablation":
+        return run_ablations(stage_list, args)
     rows: list[dict] = []
     for shape, dtype in problems(args, SUITE_SHAPES.get(suite)):
         log(f"{suite} {'x'.join(map(str, shape))} {dtype}:")
         rows += run_suite(suite, stage_list, shape, dtype, settle_s(args, suite))
+    return rows
+
+
+def run_ablations(stage_list: Sequence[str], args: argparse.Namespace) -> list[dict]:
+    """The ablation suite: per stage and dtype at the stage's size (`ablation.size_of`), or at --m cubed."""
+    if args.shapes or args.n or args.k:
+        raise ValueError("the ablation suite runs M = N = K: give --m, or nothing for each stage's own size")
+    rows: list[dict] = []
+    for stage in stage_list:
+        for dtype in ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]:
+            size = args.m or ablation.size_of(stage)
+            log(f"ablation {stage} {size}^3 {dtype}:")
+            rows += run_suite("ablation", [stage], (size, size, size), dtype, settle_s(args, "ablation"))
     return rows
 
 
@@ -257,7 +279,8 @@ def cmd_run_once(args: argparse.Namespace) -> int:
             if stage == CUBLAS:
                 launch = bench.cublas_launch(a, b, cupy.empty((m, n), dtype=a.dtype))
             else:
-                launch = stages.load(stage).plan(a, b)
+                knobs = ablation.parse_knobs(args.knobs)
+                launch = stages.load(stage).plan(a, b, config=ablation.config_from_knobs(knobs) if knobs else None)
             launch()
             launch()
             cupy.cuda.Device().synchronize()
@@ -383,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run-once", help="two launches of a stage or of cuBLAS on random inputs: what `profile` runs under ncu"
     )
     once.add_argument("--stage", required=True, help="one or more, e.g. v3,v4,v5")
+    once.add_argument("--knobs", default="", help="compile-time knobs over the defaults, e.g. NUM_STAGES=2,GROUP_M=1")
     add_problem_args(once)
     once.set_defaults(run=cmd_run_once)
     steady = sub.add_parser(

@@ -66,11 +66,11 @@ def ncu_binary() -> str:
     return ncu
 
 
-def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
+def ncu_command(stage: str, m: int, n: int, k: int, dtype: str, knobs: str = "") -> list[str]:
     """ncu on one launch of `gemm_kernel`, or of cuBLAS's kernel for stage "cublas" (the second launch: the
-    first may include module loading)."""
+    first may include module loading); `knobs` as `run-once --knobs` takes them."""
     ncu = ncu_binary()
-    target = run_once_target(stage, m, n, k, dtype)
+    target = run_once_target(stage, m, n, k, dtype, knobs)
     return [
         ncu, "--clock-control", "none", "--csv", "--page", "raw",
         "--kernel-name", CUBLAS_KERNELS if stage == CUBLAS else "gemm_kernel",
@@ -79,10 +79,11 @@ def ncu_command(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
     ]  # fmt: skip
 
 
-def run_once_target(stage: str, m: int, n: int, k: int, dtype: str) -> list[str]:
-    """The command ncu profiles: two launches of the stage (or cuBLAS) in a fresh interpreter."""
+def run_once_target(stage: str, m: int, n: int, k: int, dtype: str, knobs: str = "") -> list[str]:
+    """The command ncu profiles: two launches of the stage (or cuBLAS) in a fresh interpreter, with `knobs`
+    (e.g. "NUM_STAGES=2") over the stage's defaults."""
     target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
-    return [*target, "--k", str(k), "--dtype", dtype]
+    return [*target, "--k", str(k), "--dtype", dtype, *(["--knobs", knobs] if knobs else [])]
 
 
 def parse_ncu_rows(text: str) -> list[dict[str, float | str]]:
@@ -116,9 +117,12 @@ def tidy(raw: dict[str, float | str]) -> dict[str, Any]:
     return {"kernel": raw.get("Kernel Name"), **{ours: raw.get(theirs) for ours, theirs in METRICS.items()}}
 
 
-def profile_stage(stage: str, m: int, n: int, k: int, dtype: str, timeout_s: float = 300) -> dict[str, Any]:
-    """Run ncu on one launch of `stage` and return the tidy metrics with the shape they were taken at."""
-    output = run_ncu(ncu_command(stage, m, n, k, dtype), timeout_s)
+def profile_stage(
+    stage: str, m: int, n: int, k: int, dtype: str, timeout_s: float = 300, knobs: str = ""
+) -> dict[str, Any]:
+    """Run ncu on one launch of `stage` (with `knobs` over its defaults) and return the tidy metrics with the
+    shape they were taken at."""
+    output = run_ncu(ncu_command(stage, m, n, k, dtype, knobs), timeout_s)
     return {"stage": stage, "dtype": dtype, "m": m, "n": n, "k": k, **tidy(parse_ncu_csv(output))}
 
 

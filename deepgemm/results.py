@@ -288,5 +288,16 @@ SHAPE_COLUMNS = (  # the shape table: the call per call and on the GPU alone, be
     ("x_torch_device", "x torch (GPU)", 2),
     ("device_gbs", "GPU GB/s (M = 1)", 0),
 )
+ABLATION_COLUMNS = (  # the ablation suite: a stage as shipped and with one technique switched off
+    ("ablation", "variant", 0),
+    ("dtype", "dtype", 0),
+    ("shape", "M x N x K", 0),
+    ("us", "µs", 1),
+    ("tflops", "TFLOP/s", 1),
+    ("x_shipped", "x shipped", 2),
+    ("x_cublas", "x cuBLAS", 2),
+    ("bank_conflicts", "smem bank conflicts", 0),
+    ("top_stalls", "top stalls (per issue)", 0),
+)
 # Records whose rows need other columns than MARKDOWN_COLUMNS.
-TABLE_COLUMNS = {"call": CALL_COLUMNS, "shapes": SHAPE_COLUMNS}
+TABLE_COLUMNS = {"call": CALL_COLUMNS, "shapes": SHAPE_COLUMNS, "ablation": ABLATION_COLUMNS}

@@ -390,3 +390,42 @@ def source_instructions(rows: Iterable[Row], stage: str, top: int = 8, width: in
             "source": sources.get(ins["line"], "")[:width],
         })  # fmt: skip
     return out
+
+
+def ablation_table(recorded: Iterable[Row], stage: str, dtype: str, live: Iterable[Row] = ()) -> list[Row]:
+    """A stage's ablation (`deepgemm.ablation`), one row per variant and cuBLAS: the recorded time, ratio to
+    the stage as shipped and shared-memory bank conflicts, and where `live` rows are given (this GPU's run),
+    the same three beside them."""
+    live_by_name = {r["ablation"]: r for r in live if r.get("ablated_stage") == stage and r["dtype"] == dtype}
+    table = []
+    for row in recorded:
+        if row.get("ablated_stage") != stage or row["dtype"] != dtype:
+            continue
+        here = live_by_name.pop(row["ablation"], {})
+        table.append(
+            {
+                "ablation": row["ablation"],
+                "us": row["us"],
+                "x_shipped": row.get("x_shipped"),
+                "bank_conflicts": row.get("bank_conflicts"),
+                "top_stalls": row.get("top_stalls"),
+                "live_us": here.get("us"),
+                "live_x_shipped": here.get("x_shipped"),
+                "live_bank_conflicts": here.get("bank_conflicts"),
+            }
+        )
+    table += [{"ablation": name, "live_us": r["us"], "live_x_shipped": r.get("x_shipped"),
+               "live_bank_conflicts": r.get("bank_conflicts")} for name, r in live_by_name.items()]  # fmt: skip
+    return table
+
+
+ABLATION_COLUMNS = (
+    ("ablation", "variant", 0),
+    ("us", "µs (H200)", 1),
+    ("x_shipped", "x shipped", 2),
+    ("bank_conflicts", "bank conflicts", 0),
+    ("live_us", "µs (here)", 1),
+    ("live_x_shipped", "x shipped", 2),
+    ("live_bank_conflicts", "bank conflicts", 0),
+    ("top_stalls", "top stalls (H200)", 0),
+)

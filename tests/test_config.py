@@ -49,7 +49,7 @@ def test_every_bench_suite_is_dispatched():
 
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         cli.run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
-    assert {"progression", "raster", "epilogue", "call", "pairs", "shapes"} == set(cli.SUITES)
+    assert {"progression", "raster", "epilogue", "call", "pairs", "shapes", "ablation"} == set(cli.SUITES)
 
 
 def test_value_reads_core_fields_and_extra_knobs_by_define_name():

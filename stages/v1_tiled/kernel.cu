@@ -51,6 +51,9 @@ __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __float
 #ifndef THREAD_N
 #define THREAD_N 8     // columns of C per thread; 64 fp32 accumulators fit the 128 registers a thread
 #endif                 // may have with two 256-thread blocks on an SM (65536 registers)
+#ifndef SMEM_SWIZZLE
+#define SMEM_SWIZZLE 1 // 0 stores the tiles unswizzled: the ablation that shows the bank conflicts it removes
+#endif
 
 constexpr int THREADS_M = BLOCK_M / THREAD_M;           // 16
 constexpr int THREADS_N = BLOCK_N / THREAD_N;           // 16
@@ -64,7 +67,7 @@ constexpr int SMEM_STAGES = 2 * (BLOCK_M + BLOCK_N) * BLOCK_K * 4 <= 48 * 1024 ?
 // c * SWIZZLE. One warp stores 32 / CHUNKS consecutive rows times all CHUNKS chunks; XORing chunk c by
 // c * (32 / CHUNKS) spreads them over all 32 banks (see store_tile). A multiple of 4, so that the
 // float4 groups the inner loop reads stay contiguous and 16-byte aligned.
-constexpr int SWIZZLE = 32 / CHUNKS;
+constexpr int SWIZZLE = SMEM_SWIZZLE ? 32 / CHUNKS : 0;
 
 static_assert(BLOCK_K % 8 == 0 && CHUNKS <= 8, "whole 16-byte chunks, at most 8 per row (SWIZZLE >= 4)");
 static_assert(THREAD_M % 4 == 0 && THREAD_N % 4 == 0, "operands are read as float4 vectors");

@@ -60,6 +60,9 @@ __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __float
 #define WARPS_N 4      // warps along N: 8 warps, 2 per SM sub-partition; a 64x64 warp tile is 32 mma per
                        // k16 step from 8 ldmatrix.x4, and 128 fp32 accumulators a thread
 #endif
+#ifndef SMEM_SWIZZLE
+#define SMEM_SWIZZLE 1 // 0 stores the chunks unswizzled: the ablation that shows the bank conflicts it removes
+#endif
 
 constexpr int NUM_THREADS = 32 * WARPS_M * WARPS_N;
 constexpr int WARP_TILE_M = BLOCK_M / WARPS_M;
@@ -99,8 +102,9 @@ static_assert(NUM_THREADS <= 1024, "one block");
 //   permutes chunks within a row, so each 128-byte pass still touches every bank once.
 // ---------------------------------------------------------------------------------------------------
 
+// SMEM_SWIZZLE 0 multiplies the XOR term by 0: every chunk stays where it is.
 __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
-    return row * ROW_BYTES + ((chunk ^ ((row / ROWS_PER_BANK_SWEEP) % CHUNKS)) << 4);
+    return row * ROW_BYTES + ((chunk ^ (SMEM_SWIZZLE * ((row / ROWS_PER_BANK_SWEEP) % CHUNKS))) << 4);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -234,7 +238,7 @@ gemm_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* 
     // Every block starts at a multiple of 16 rows, so in both cases the row's swizzle term
     // (row / ROWS_PER_BANK_SWEEP) % CHUNKS is ((l % 8) / ROWS_PER_BANK_SWEEP) % CHUNKS; and since 2 * ks
     // is even, (2 * ks + h) ^ x == (2 * ks) ^ h ^ x for h = 0, 1: one per-lane term, XORed with 2 * ks.
-    const int frag_swizzle = ((lane % 8) / ROWS_PER_BANK_SWEEP) % CHUNKS;
+    const int frag_swizzle = SMEM_SWIZZLE * (((lane % 8) / ROWS_PER_BANK_SWEEP) % CHUNKS);
     const unsigned a_frag = (warp_m * WARP_TILE_M + lane % 16) * ROW_BYTES;
     const unsigned b_frag = (warp_n * WARP_TILE_N + lane % 8 + 8 * (lane / 16)) * ROW_BYTES;
     const int a_chunk = (lane / 16) ^ frag_swizzle;

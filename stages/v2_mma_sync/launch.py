@@ -19,7 +19,9 @@ from deepgemm.operands import check_problem, k_major_operands, leading_dim, requ
 
 STAGE = "v2_mma_sync"
 MIN_CC = (8, 0)
-DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=32, num_stages=4, extra={"WARPS_M": 2, "WARPS_N": 4})
+DEFAULTS = GemmConfig(
+    block_m=128, block_n=256, block_k=32, num_stages=4, extra={"WARPS_M": 2, "WARPS_N": 4, "SMEM_SWIZZLE": 1}
+)
 
 
 def threads(cfg: GemmConfig) -> int:
