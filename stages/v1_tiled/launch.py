@@ -19,9 +19,7 @@ from deepgemm.operands import check_problem, k_major_operands, leading_dim, requ
 
 STAGE = "v1_tiled"
 MIN_CC = (8, 0)
-DEFAULTS = GemmConfig(
-    block_m=128, block_n=128, block_k=32, extra={"THREAD_M": 8, "THREAD_N": 8, "SMEM_SWIZZLE": 1}
-)
+DEFAULTS = GemmConfig(block_m=128, block_n=128, block_k=32, extra={"THREAD_M": 8, "THREAD_N": 8, "SMEM_SWIZZLE": 1})
 
 
 def threads(cfg: GemmConfig) -> int:
