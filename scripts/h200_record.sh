@@ -24,9 +24,9 @@
 #                                   (gemm_kernels.txt)
 #   scripts/h200_record.sh ablation each stage with its technique switched off, timed beside cuBLAS and profiled,
 #                                   FP16 (ablation.json, about 3 minutes)
-#   scripts/h200_record.sh nbval    the notebooks live under nbval (nbval_live.txt), then with NOTEBOOKS=1 every
-#                                   notebook executed into $OUT/notebooks; needs the wheels of `make wheels`
-#                                   carried in .whl
+#   scripts/h200_record.sh nbval    the notebooks live under nbval (nbval_live.txt; NBVAL=0 leaves it out), then
+#                                   with NOTEBOOKS=1 every notebook executed into $OUT/notebooks; needs the
+#                                   wheels of `make wheels` carried in .whl
 # Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -84,12 +84,11 @@ elif [ "$part" = ablation ]; then
   timeout 560 python3 -m deepgemm bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
 elif [ "$part" = nbval ]; then
   make --no-print-directory .nbval-site/.installed WHEELS=.whl >/dev/null
-  { echo "# make nbval WHEELS=.whl (live: every if-LIVE cell runs) on" \
+  [ "${NBVAL:-1}" = 1 ] && { echo "# make nbval WHEELS=.whl (live: every if-LIVE cell runs) on" \
       "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(date -u '+%Y-%m-%d %H:%M UTC')," \
       "commit $DEEPGEMM_COMMIT"
     timeout 480 make --no-print-directory nbval WHEELS=.whl NBVAL_ARGS="-q --durations=15" 2>&1 | tail -40
-  } > results/h200/nbval_live.txt
-  cat results/h200/nbval_live.txt
+  } > results/h200/nbval_live.txt && cat results/h200/nbval_live.txt
   if [ "${NOTEBOOKS:-0}" = 1 ]; then
     timeout 400 make --no-print-directory notebooks WHEELS=.whl 2>&1 | tail -5
     mkdir -p "$out/notebooks" && cp out/notebooks/*.ipynb "$out/notebooks/"
