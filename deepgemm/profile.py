@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
+from deepgemm.results import REPO
 from deepgemm.stages import CUBLAS
 
 STALL_REASONS = (
@@ -127,10 +128,11 @@ def profile_stage(
 
 
 def run_ncu(command: list[str], timeout_s: float, env: dict[str, str] | None = None) -> str:
-    """Run an ncu command line (with `env` added to this process's environment) and return its standard
-    output, or a RuntimeError with the tail of both streams."""
+    """Run an ncu command line (with `env` added to this process's environment) from the repository, so that
+    a profiled `python -m deepgemm` imports this checkout wherever the caller runs (a notebook runs in
+    notebooks/), and return its standard output, or a RuntimeError with the tail of both streams."""
     full_env = None if env is None else {**os.environ, **env}
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=full_env)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=full_env, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"ncu failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return proc.stdout

@@ -54,3 +54,21 @@ def test_parsed_csv_keeps_the_kernel_name_and_our_metric_names():
     assert row["kernel"] == "nvjet_x"
     assert (row["sm_cycles"], row["l2_bytes"]) == (288300.0, 1308130176.0)
     assert row["tensor_pipe_active_pct"] is None  # not in this output
+
+
+def test_ncu_runs_from_the_repository_so_the_profiled_child_imports_this_checkout(monkeypatch):
+    """A notebook runs in notebooks/, where `python -m deepgemm` would not be found without an install."""
+    import subprocess
+
+    from deepgemm import profile, results
+
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen.update(kwargs)
+        return subprocess.CompletedProcess(command, 0, stdout="ok", stderr="")
+
+    monkeypatch.setattr(profile.subprocess, "run", fake_run)
+    monkeypatch.chdir(results.REPO / "notebooks")
+    assert profile.run_ncu(["ncu"], 5) == "ok"
+    assert seen["cwd"] == results.REPO
