@@ -25,7 +25,7 @@
 #   scripts/h200_record.sh ablation each stage with its technique switched off, timed beside cuBLAS and profiled,
 #                                   FP16 (ablation.json, about 3 minutes)
 #   scripts/h200_record.sh nbval    the notebooks live under nbval (nbval_live.txt; NBVAL=0 leaves it out), then
-#                                   with NOTEBOOKS=1 every notebook executed into $OUT/notebooks; needs the
+#                                   with NOTEBOOKS=1 every notebook executed into $OUT/notebooks.tgz; needs the
 #                                   wheels of `make wheels` carried in .whl
 # Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
@@ -91,7 +91,7 @@ elif [ "$part" = nbval ]; then
   } > results/h200/nbval_live.txt && cat results/h200/nbval_live.txt
   if [ "${NOTEBOOKS:-0}" = 1 ]; then
     timeout 400 make --no-print-directory notebooks WHEELS=.whl 2>&1 | tail -5
-    mkdir -p "$out/notebooks" && cp out/notebooks/*.ipynb "$out/notebooks/"
+    tar czf "$out/notebooks.tgz" -C out notebooks  # one file: the device tool returns only a few files a call
   fi
 elif [ "$part" = tests ]; then
   gpu_tests
