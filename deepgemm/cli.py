@@ -24,6 +24,7 @@ from deepgemm import (
     stability,
     stages,
     tables,
+    timeline,
 )
 from deepgemm.check import random_problem
 from deepgemm.config import GemmConfig
@@ -363,6 +364,33 @@ def cmd_stability(args: argparse.Namespace) -> int:
     return 0 if all(row["passed"] for row in rows) else 1
 
 
+def timeline_lines(rows: list[dict]) -> list[str]:
+    """Per stage, dtype and shape of a timeline run: CTA 0's cycles per role and the share spent waiting."""
+    lines = []
+    for key in dict.fromkeys((r["stage"], r["dtype"], r["m"], r["n"], r["k"]) for r in rows):
+        stage, dtype, m, n, k = key
+        lines.append(f"{stage} {dtype} {m}x{n}x{k}, CTA 0:")
+        here = [r for r in rows if (r["stage"], r["dtype"], r["m"], r["n"], r["k"]) == key]
+        lines.append(results.format_table(timeline.summary(here), timeline.SUMMARY_COLUMNS))
+    return lines
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """v4's or v5's pipeline over time from in-kernel clock stamps (`deepgemm.timeline`); without a GPU the
+    recorded run's summary."""
+    if not gpu_available():
+        show_recorded("timeline", timeline_lines)
+        return 0
+    rows = []
+    for stage in parse_stages(args.stages):
+        for (m, n, k), dtype in problems(args):
+            rows += timeline.record(stage, m, n, k, dtype)
+    print("\n".join(timeline_lines(rows)))
+    if args.record:
+        print(f"recorded in {results.save('timeline', rows, results.provenance())}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deepgemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -418,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     steady.add_argument("--record", action="store_true", help="write results/<gpu>/stability.json")
     add_problem_args(steady)
     steady.set_defaults(run=cmd_stability, dtype="fp16")
+    line = sub.add_parser("timeline", help="v4's or v5's pipeline over time, from clock stamps in the kernel")
+    line.add_argument("--stages", default="v4,v5", help="v4, v5 or both (default)")
+    line.add_argument("--record", action="store_true", help="write results/<gpu>/timeline.json")
+    add_problem_args(line)
+    line.set_defaults(run=cmd_timeline, dtype="fp16")
     diff = sub.add_parser("diff", help="what a stage changes in the kernel")
     diff.add_argument("stage")
     diff.add_argument("--against", default=None, help="default: the previous stage")

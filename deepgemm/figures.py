@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from deepgemm import results, stages
+from deepgemm import results, stages, timeline
 from deepgemm.model import (
     HBM_TBS,
     SWIZZLE_ROW_CHUNKS,
@@ -366,4 +366,40 @@ def tile_hierarchy(stage_list: Sequence[str] = STAGES) -> Figure:
         ax.tick_params(labelsize=7)
         caption = "\n".join(f"{name} {r}x{c}" + (f" (x{n})" if n > 1 else "") for name, r, c, n in levels)
         ax.set_title(f"{short_name(stage)}\n{caption}", fontsize=6.5, loc="left")
+    return fig
+
+
+SPAN_COLORS = {"waiting": "0.8", "working": "tab:blue", "between": "tab:cyan", "epilogue": "tab:red",
+               "loading": "tab:orange", "full": "tab:green"}  # fmt: skip
+
+
+def pipeline_timeline(rows: Sequence[Row], cta: int = 0, until: int | None = None) -> Figure:
+    """One CTA's timeline (`deepgemm.timeline` rows of one stage and run): a lane per role, its waits in grey
+    and its work in colour, then a lane per stage of the mbarrier ring, loading (TMA issued, not yet
+    landed) and full (landed, not yet handed back). `until`: the last clock cycle drawn."""
+    mine = [row for row in rows if row["cta"] == cta]
+    if not mine:
+        return empty_figure(f"no timeline stamps for CTA {cta}")
+    ring = timeline.ring_spans(mine, cta)
+    stages_seen = sorted({span["stage"] for span in ring})
+    lanes = [(row["role"], timeline.role_spans(row["events"])) for row in mine]
+    lanes += [(f"stage {s}", [span for span in ring if span["stage"] == s]) for s in stages_seen]
+    fig, ax = figure(9.0, 0.45 * len(lanes) + 1.2)
+    for y, (_, spans) in enumerate(lanes):
+        for kind in SPAN_COLORS:
+            bars = [(s["start"], s["end"] - s["start"]) for s in spans if s["kind"] == kind]
+            if bars:
+                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=SPAN_COLORS[kind], label=kind)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(unique),
+              fontsize=8, frameon=False)  # fmt: skip
+    ax.set_yticks(range(len(lanes)), [name for name, _ in lanes])
+    ax.invert_yaxis()
+    if until is not None:
+        ax.set_xlim(0, until)
+    ax.set_xlabel(f"SM clock cycles since CTA {cta}'s first stamp")
+    first = mine[0]
+    ax.set_title(f"{first.get('stage', '')} {first.get('dtype', '')}, CTA {cta}: who waits, and the stages' ring",
+                 fontsize=9)  # fmt: skip
     return fig

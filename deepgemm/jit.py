@@ -111,6 +111,14 @@ def get_kernel(stage: str, defines: Mapping[str, int], name: str = ENTRY_POINT) 
     return _kernels[key]
 
 
+def module_of(kernel: cupy.RawKernel) -> cupy.RawModule:
+    """The module `get_kernel` took `kernel` from (for its globals, e.g. a kernel's timeline stamps)."""
+    for key, found in _kernels.items():
+        if found is kernel:
+            return _modules[key[:-1]]
+    raise KeyError("this kernel was not compiled by deepgemm.jit.get_kernel")
+
+
 def launch_facts(stage: str, defines: Mapping[str, int]) -> LaunchFacts:
     """The LAUNCH_* globals of the stage's kernel compiled with these defines, read back from the module on
     the GPU once per compiled kernel. RuntimeError where the kernel lacks threads or shared memory."""

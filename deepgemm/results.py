@@ -116,6 +116,7 @@ def save(
 
 RECORDING_COMMANDS = {  # records not written by a bench suite of their name
     "stability": "python -m deepgemm stability --record",
+    "timeline": "python -m deepgemm timeline --record",
 }
 
 

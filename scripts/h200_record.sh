@@ -22,6 +22,8 @@
 #                                   FP16 (profile_source.json)
 #   scripts/h200_record.sh kernels  every kernel deepgemm.gemm launches, first call included, under Nsight Compute
 #                                   (gemm_kernels.txt)
+#   scripts/h200_record.sh timeline v4's and v5's pipeline over time from clock stamps compiled in (TIMELINE=1),
+#                                   4096^3 FP16 (timeline.json), then its GPU tests
 #   scripts/h200_record.sh ablation each stage with its technique switched off, timed beside cuBLAS and profiled,
 #                                   FP16 (ablation.json, about 3 minutes)
 #   scripts/h200_record.sh nbval    the notebooks live under nbval (nbval_live.txt; NBVAL=0 leaves it out), then
@@ -80,6 +82,9 @@ elif [ "$part" = kernels ]; then
   cat results/h200/gemm_kernels.txt
 elif [ "$part" = source ]; then
   timeout 500 python3 -m deepgemm profile --source --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -90
+elif [ "$part" = timeline ]; then
+  timeout 200 python3 -m deepgemm timeline --stages v4,v5 --m 4096 --dtype fp16 --record 2>&1 | tail -20
+  timeout 200 python3 -m pytest tests/test_timeline.py -q -rfE -p no:cacheprovider 2>&1 | tail -5
 elif [ "$part" = ablation ]; then
   timeout 560 python3 -m deepgemm bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
 elif [ "$part" = nbval ]; then

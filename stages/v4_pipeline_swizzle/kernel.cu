@@ -55,6 +55,9 @@ __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __float
 #ifndef GROUP_M
 #define GROUP_M 8      // tile rows per group in the launch order (L2 reuse); <= 1: plain row-major
 #endif
+#ifndef TIMELINE
+#define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for deepgemm/timeline.py
+#endif
 
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
 constexpr int NUM_CONSUMERS = 2;  // consumer warpgroups; each releases a stage once per warp
@@ -254,6 +257,30 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
 }
 
 // ---------------------------------------------------------------------------------------------------
+// The pipeline over time, for deepgemm/timeline.py. With TIMELINE 1 the first TIMELINE_CTAS CTAs stamp
+// the SM's clock (clock64) where a role starts to wait, goes on, hands a stage over and starts its
+// epilogue: the producer thread, and thread 0 of each consumer warpgroup. A stamp packs the event, the
+// stage and the clock's low 48 bits into 64 bits. With TIMELINE 0, as shipped, nothing of it is compiled.
+// ---------------------------------------------------------------------------------------------------
+
+enum class Stamp : unsigned { wait = 0, go = 1, handoff = 2, epilogue = 3 };
+#if TIMELINE
+constexpr int TIMELINE_CTAS = 2;
+constexpr int TIMELINE_ROLES = 3;     // the producer, consumer warpgroups 0 and 1
+constexpr int TIMELINE_STAMPS = 4096; // per role: 3 a k-tile, over 1,300 k-tiles
+extern "C" __device__ unsigned long long timeline_stamps[TIMELINE_CTAS * TIMELINE_ROLES * TIMELINE_STAMPS];
+#endif
+__device__ __forceinline__ void timeline_stamp(bool stamper, int role, Stamp event, int stage, int& count) {
+#if TIMELINE
+    if (stamper && blockIdx.x < TIMELINE_CTAS && count < TIMELINE_STAMPS) {
+        const unsigned long long clock = (unsigned long long)clock64() & ((1ull << 48) - 1);
+        timeline_stamps[(blockIdx.x * TIMELINE_ROLES + role) * TIMELINE_STAMPS + count++] =
+            ((unsigned long long)event << 56) | ((unsigned long long)stage << 48) | clock;
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The kernel. Grid: ceil(M / BLOCK_M) * ceil(N / BLOCK_N) CTAs of NUM_THREADS threads, tiles in
 // grouped order. Dynamic shared memory: NUM_STAGES * STAGE_BYTES + 1024 (slack to align to 1024).
 // ---------------------------------------------------------------------------------------------------
@@ -293,11 +320,14 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         if (threadIdx.x == 0) {
             int stage = 0;
             unsigned phase = 0;
+            int stamps = 0;  // the timeline's
             for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
                 // Wait until the consumers have released this stage's previous contents. On the first
                 // pass the wait is for parity 1, the phase "before" a fresh barrier, which counts as
                 // complete: the producer fills all stages without waiting.
+                timeline_stamp(true, 0, Stamp::wait, stage, stamps);
                 mbarrier_wait_parity(smem_addr(&empty_bar[stage]), phase ^ 1);
+                timeline_stamp(true, 0, Stamp::go, stage, stamps);
                 const unsigned bar = smem_addr(&full_bar[stage]);
                 const unsigned a_dst = smem_base + stage * STAGE_BYTES;
                 const unsigned b_dst = a_dst + A_TILE_BYTES;
@@ -306,6 +336,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
                 tma_load_2d(a_dst, &tma_a, bar, k_tile * BLOCK_K, tile_m * BLOCK_M);
                 tma_load_2d(b_dst, &tma_b, bar, k_tile * BLOCK_K, tile_n * BLOCK_N);
+                timeline_stamp(true, 0, Stamp::handoff, stage, stamps);
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
         }
@@ -313,6 +344,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // ---- consumers: wait for a stage, multiply, release it -------------------------------------
         setmaxnreg_inc<CONSUMER_REGS>();
         const int consumer = warpgroup - 1;
+        const bool stamper = threadIdx.x % 128 == 0;  // the timeline's
+        int stamps = 0;
 
         float acc[BLOCK_N / 2];
 #pragma unroll
@@ -322,7 +355,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         int stage = 0;
         unsigned phase = 0;  // parity of the full-barrier phase this pass over the stages waits for
         for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+            timeline_stamp(stamper, 1 + consumer, Stamp::wait, stage, stamps);
             mbarrier_wait_parity(smem_addr(&full_bar[stage]), phase);
+            timeline_stamp(stamper, 1 + consumer, Stamp::go, stage, stamps);
 
             // This consumer's 64 rows of A are 64 x 128 bytes (8 swizzle patterns) into the A tile.
             const unsigned a_base = smem_base + stage * STAGE_BYTES + consumer * WG_ROWS * SWIZZLE_ROW_BYTES;
@@ -342,10 +377,12 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             wgmma_commit_group();
             wgmma_wait_group<0>();  // this warp's share of the batch has read the stage: release it
             if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_addr(&empty_bar[stage]));
+            timeline_stamp(stamper, 1 + consumer, Stamp::handoff, stage, stamps);
 
             if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
         }
         acc_register_fence(acc);
+        timeline_stamp(stamper, 1 + consumer, Stamp::epilogue, 0, stamps);
 
         // ---- epilogue: fp32 accumulators -> elem_t, straight from registers, predicated -------------
         const int warp = (threadIdx.x % 128) / 32;

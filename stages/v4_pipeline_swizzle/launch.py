@@ -17,7 +17,9 @@ from deepgemm.operands import check_problem, require_gpu
 STAGE = "v4_pipeline_swizzle"
 MIN_CC = (9, 0)
 SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
-DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 8})
+DEFAULTS = GemmConfig(
+    block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 8, "TIMELINE": 0}
+)
 
 
 def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> KernelLaunch:

@@ -114,6 +114,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
+#ifndef TIMELINE
+#define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for deepgemm/timeline.py ([T])
+#endif
 constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
 constexpr int NUM_CONSUMERS = BLOCK_M / WG_ROWS;    // consumer warpgroups; each releases a stage once per warp
 constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces, warpgroups 1 (and 2) consume
@@ -513,6 +516,27 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 #endif
 }
 
+// [T] The pipeline over time, for deepgemm/timeline.py. With TIMELINE 1 the first TIMELINE_CTAS CTAs
+// stamp the SM's clock (clock64) where a role starts to wait, goes on, hands a stage over and starts its
+// epilogue: the producer thread, and thread 0 of each consumer warpgroup. A stamp packs the event, the
+// stage and the clock's low 48 bits into 64 bits. With TIMELINE 0, as shipped, nothing of it is compiled.
+enum class Stamp : unsigned { wait = 0, go = 1, handoff = 2, epilogue = 3 };
+#if TIMELINE
+constexpr int TIMELINE_CTAS = 2;      // one cluster of two, or two CTAs
+constexpr int TIMELINE_ROLES = 3;     // the producer, consumer warpgroups 0 and 1
+constexpr int TIMELINE_STAMPS = 4096; // per role: 3 a k-tile, over 1,300 k-tiles
+extern "C" __device__ unsigned long long timeline_stamps[TIMELINE_CTAS * TIMELINE_ROLES * TIMELINE_STAMPS];
+#endif
+__device__ __forceinline__ void timeline_stamp(bool stamper, int role, Stamp event, int stage, int& count) {
+#if TIMELINE
+    if (stamper && blockIdx.x < TIMELINE_CTAS && count < TIMELINE_STAMPS) {
+        const unsigned long long clock = (unsigned long long)clock64() & ((1ull << 48) - 1);
+        timeline_stamps[(blockIdx.x * TIMELINE_ROLES + role) * TIMELINE_STAMPS + count++] =
+            ((unsigned long long)event << 56) | ((unsigned long long)stage << 48) | clock;
+    }
+#endif
+}
+
 // [6] Split-K without a second kernel. A consumer warp owns a strip of 16 rows of its tile; per slice
 // it writes the strip's fp32 partial to `partials` in the accumulator fragment's own order (pair p of
 // lane l at float2 index p * 32 + l, so each store instruction covers 256 contiguous bytes), skipping rows
@@ -691,6 +715,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const unsigned short row_mask = ((1u << CLUSTER_SIZE) - 1) / ((1u << CLUSTER_M) - 1) << rank_m;
         const unsigned short column_mask = ((1u << CLUSTER_M) - 1) << (CLUSTER_M * rank_n);
         if (threadIdx.x == 0) {
+            int stamps = 0;  // [T]
             for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
                 const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
                 int cluster_m, cluster_n;
@@ -701,7 +726,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     // lands in all of them) have released this stage's previous contents. On the
                     // first pass the wait is for parity 1, the phase "before" a fresh barrier, which
                     // counts as complete: the producer fills all stages without waiting.
+                    timeline_stamp(true, 0, Stamp::wait, stage, stamps);
                     mbarrier_wait_parity(smem_addr(&empty_bar[stage]), phase ^ 1);
+                    timeline_stamp(true, 0, Stamp::go, stage, stamps);
                     const unsigned bar = smem_addr(&full_bar[stage]);
                     const unsigned a_dst = smem_base + stage * STAGE_BYTES;
                     const unsigned b_dst = a_dst + A_TILE_BYTES;
@@ -716,6 +743,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     tma_load_operand<B_MN_MAJOR, B_BOX_ROWS, (CLUSTER_M > 1)>(
                         b_dst + rank_m * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
                         tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);
+                    timeline_stamp(true, 0, Stamp::handoff, stage, stamps);
                     if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
                 }
             }
@@ -732,6 +760,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         int epi_chunk = 0;
         float acc[BLOCK_N / 2];
+        const bool stamper = threadIdx.x % 128 == 0;  // [T]
+        int stamps = 0;
 
         // The main loop's operands, built once. Stage 0's descriptors: this consumer's 64 rows of A are
         // 64 x 128 bytes (8 swizzle patterns) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
@@ -762,7 +792,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // ---- main loop over K -------------------------------------------------------------------
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
             for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
+                timeline_stamp(stamper, 1 + consumer, Stamp::wait, stage, stamps);
                 mbarrier_wait_parity(full_bar0 + stage * 8, phase);
+                timeline_stamp(stamper, 1 + consumer, Stamp::go, stage, stamps);
 
                 const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
                 wgmma_fence();  // acc was written by ordinary instructions (the last epilogue's reads)
@@ -781,12 +813,15 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 // its stage, which this warp releases.
                 wgmma_wait_group<1>();
                 if (lane == 0 && k_tile > unit.k_begin) release_stage(empty_bar0, prev_stage);
+                if (k_tile > unit.k_begin) timeline_stamp(stamper, 1 + consumer, Stamp::handoff, prev_stage, stamps);
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
             if (lane == 0) release_stage(empty_bar0, prev_stage);
+            timeline_stamp(stamper, 1 + consumer, Stamp::handoff, prev_stage, stamps);
+            timeline_stamp(stamper, 1 + consumer, Stamp::epilogue, prev_stage, stamps);
             acc_register_fence(acc);
 
             // ---- [4] epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -------
