@@ -131,6 +131,7 @@ ABLATIONS: dict[str, tuple[Variant, ...]] = {
     "v5_fused": (
         Variant("as shipped: persistent, clusters of 2, GROUP_M 16"),
         Variant("no multicast (clusters of 1)", {"CLUSTER_M": 1}),
+        Variant("no wgmma batch left in flight ([3] off)", {"WGMMA_IN_FLIGHT": 0}),
         Variant("GROUP_M 1 (row-major tile order)", {"GROUP_M": 1}),
         Variant("not persistent: a CTA per tile", plan=one_cta_per_tile),
         Variant("bias + GELU fused in the epilogue", plan=fused_epilogue, epilogue=True),

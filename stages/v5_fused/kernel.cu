@@ -114,6 +114,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
+#ifndef WGMMA_IN_FLIGHT
+#define WGMMA_IN_FLIGHT 1 // [3] wgmma batches left in flight while the next k-tile is issued; 0: the ablation
+#endif
 #ifndef TIMELINE
 #define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for deepgemm/timeline.py ([T])
 #endif
@@ -810,17 +813,22 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 }
                 wgmma_commit_group();
                 // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
-                // its stage, which this warp releases.
-                wgmma_wait_group<1>();
-                if (lane == 0 && k_tile > unit.k_begin) release_stage(empty_bar0, prev_stage);
-                if (k_tile > unit.k_begin) timeline_stamp(stamper, 1 + consumer, Stamp::handoff, prev_stage, stamps);
+                // its stage, which this warp releases. (WGMMA_IN_FLIGHT 0, the ablation: wait for this
+                // batch too and release its own stage, as v4 does.)
+                wgmma_wait_group<WGMMA_IN_FLIGHT>();
+                const int done_stage = WGMMA_IN_FLIGHT ? prev_stage : stage;
+                const bool done = !WGMMA_IN_FLIGHT || k_tile > unit.k_begin;
+                if (lane == 0 && done) release_stage(empty_bar0, done_stage);
+                if (done) timeline_stamp(stamper, 1 + consumer, Stamp::handoff, done_stage, stamps);
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
-            if (lane == 0) release_stage(empty_bar0, prev_stage);
-            timeline_stamp(stamper, 1 + consumer, Stamp::handoff, prev_stage, stamps);
+            if (WGMMA_IN_FLIGHT) {
+                if (lane == 0) release_stage(empty_bar0, prev_stage);
+                timeline_stamp(stamper, 1 + consumer, Stamp::handoff, prev_stage, stamps);
+            }
             timeline_stamp(stamper, 1 + consumer, Stamp::epilogue, prev_stage, stamps);
             acc_register_fence(acc);
 

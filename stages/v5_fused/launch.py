@@ -32,7 +32,16 @@ DEFAULTS = GemmConfig(
     block_n=256,
     block_k=64,
     num_stages=4,
-    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "SWAP_AB": 0, "TIMELINE": 0},
+    extra={
+        "BOX_K": 64,
+        "GROUP_M": 16,
+        "CLUSTER_M": 2,
+        "CLUSTER_N": 1,
+        "SPLIT_K": 1,
+        "SWAP_AB": 0,
+        "WGMMA_IN_FLIGHT": 1,
+        "TIMELINE": 0,
+    },
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 # What changes from call to call, by position and kind: the maps of A, B and C, the bias pointer and alpha
