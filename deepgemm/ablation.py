@@ -127,6 +127,7 @@ ABLATIONS: dict[str, tuple[Variant, ...]] = {
         Variant("as shipped: 4 stages, GROUP_M 8"),
         Variant("2 stages", {"NUM_STAGES": 2}),
         Variant("GROUP_M 1 (row-major tile order)", {"GROUP_M": 1}),
+        Variant("64-byte swizzle (two boxes a k-tile)", {"BOX_K": 32}),
     ),
     "v5_fused": (
         Variant("as shipped: persistent, clusters of 2, GROUP_M 16"),

@@ -90,11 +90,16 @@ def tile_smem_bytes(cfg: GemmConfig) -> int:
     )
 
 
-def require_wgmma_tile(cfg: GemmConfig, block_n: tuple[int, ...] = (256,), block_m: tuple[int, ...] = (128,)) -> None:
+def require_wgmma_tile(
+    cfg: GemmConfig,
+    block_n: tuple[int, ...] = (256,),
+    block_m: tuple[int, ...] = (128,),
+    box_k: tuple[int, ...] = (64,),
+) -> None:
     """The tile of the 128B-swizzled wgmma stages (v4, v5), BLOCK_M one of `block_m` (64 per consumer
-    warpgroup) and BLOCK_N one of `block_n` (the wgmma N the kernel can issue): ValueError names the knob
-    and why."""
+    warpgroup), BLOCK_N one of `block_n` (the wgmma N the kernel can issue) and BOX_K one of `box_k` (v4
+    also takes 32: two 64-byte boxes with the 64-byte swizzle): ValueError names the knob and why."""
     require_in(cfg, "BLOCK_M", block_m, "consumer warpgroups x wgmma m64")
     require_in(cfg, "BLOCK_N", block_n, "the N of the wgmma m64nNk16 the kernel issues")
     require_in(cfg, "BLOCK_K", (64,), "one 128-byte swizzle row of 2-byte elements")
-    require_in(cfg, "BOX_K", (64,), "one box spans the whole 128-byte swizzle row")
+    require_in(cfg, "BOX_K", box_k, "one box spans the whole 128-byte swizzle row, or v4's half of it")

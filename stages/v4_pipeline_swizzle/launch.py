@@ -16,7 +16,6 @@ from deepgemm.operands import check_problem, require_gpu
 
 STAGE = "v4_pipeline_swizzle"
 MIN_CC = (9, 0)
-SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
 DEFAULTS = GemmConfig(
     block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64, "GROUP_M": 8, "TIMELINE": 0}
 )
@@ -26,8 +25,10 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
-    require_wgmma_tile(cfg)
-    return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=SWIZZLE_BYTES)
+    require_wgmma_tile(cfg, box_k=(64, 32))
+    # A box row is one swizzle row: 64 elements, 128 bytes, as shipped; BOX_K 32 (the swizzle's ablation),
+    # 64 bytes with the 64-byte swizzle.
+    return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=cfg.value("BOX_K") * p.a.itemsize)
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:
