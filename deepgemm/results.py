@@ -290,6 +290,7 @@ SHAPE_COLUMNS = (  # the shape table: the call per call and on the GPU alone, be
     ("device_gbs", "GPU GB/s (M = 1)", 0),
 )
 ABLATION_COLUMNS = (  # the ablation suite: a stage as shipped and with one technique switched off
+    ("ablated_stage", "stage", 0),
     ("ablation", "variant", 0),
     ("dtype", "dtype", 0),
     ("shape", "M x N x K", 0),
