@@ -81,6 +81,30 @@ def test_kernels_are_the_ones_recorded(progression):
                 )
 
 
+def test_the_autotune_tables_kernels_are_the_ones_recorded():
+    """The shape table and the autotune table run v5 under many configurations (swap AB, split-K, 64-row
+    tiles); each the autotune record holds must still compile to the SASS of the record's commit."""
+    from deepgemm.dtypes import dtype_defines, input_dtype
+    from deepgemm.heuristic import config_from_fields
+    from deepgemm.stages import load
+
+    record = results.load("autotune")
+    commit, path = record["provenance"]["commit"], "stages/v5_fused/kernel.cu"
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=results.REPO, capture_output=True, text=True)
+    if shown.returncode != 0:
+        pytest.skip(f"git cannot show {path} at the recorded commit {commit[:12]} here")
+    current = (results.REPO / path).read_text()
+    if shown.stdout == current:
+        return
+    pairs = {(r["dtype"], json.dumps(r["config"], sort_keys=True)) for r in record["rows"]}
+    for dtype, fields in sorted(pairs):
+        config = config_from_fields(json.loads(fields)).merged_over(load("v5_fused").DEFAULTS)
+        defines = {**config.defines(), **dtype_defines(input_dtype(dtype))}
+        assert _sass_of(shown.stdout, defines) == _sass_of(current, defines), (
+            f"v5 {fields} {dtype} compiles differently from {commit[:12]}: record the autotune and shape tables again"
+        )
+
+
 def test_provenance_names_gpu_commit_and_command(progression):
     prov = progression["provenance"]
     for key in REQUIRED_PROVENANCE:
