@@ -1,4 +1,5 @@
-"""Command line: `python -m deepgemm bench | autotune | table | info | profile | run-once | stability | diff`.
+"""Command line: `python -m deepgemm bench | autotune | table | info | profile | run-once | stability | timeline`,
+`diff`, `figure`.
 
 The hardware probes and the v5 sweeps are `python -m lab`; a stage runs alone as `python -m stages.<stage>`.
 """
