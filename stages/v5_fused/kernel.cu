@@ -26,6 +26,7 @@
 //       the epilogue writes each value to C transposed, straight from registers.
 // Besides those, it issues little beside the wgmma (the card runs at its power limit, so an instruction
 // issued costs clock): waiting threads sleep on their barrier, and descriptors are built once.
+// [T] marks the timeline's stamps (TIMELINE 1, deepgemm/timeline.py); as shipped they compile to nothing.
 // What still limits it: each tile's epilogue runs with this CTA's tensor cores idle (the producer
 // already fills the next tile's stages, but no wgmma is issued until the epilogue ends), and the power
 // cap: under sustained load the SM clock falls to about 1500 MHz.
