@@ -56,6 +56,14 @@ def _sass_of(source: str, defines: dict[str, int]) -> str:
     return "\n".join(normalised_sass(disassemble(compile_source(source, defines).cubin), "gemm_kernel"))
 
 
+def _sources_then_and_now(commit: str, path: str) -> tuple[str, str]:
+    """A kernel.cu as the recorded commit had it and as it is; skips where git cannot show the commit."""
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=results.REPO, capture_output=True, text=True)
+    if shown.returncode != 0:
+        pytest.skip(f"git cannot show {path} at the recorded commit {commit[:12]} here")
+    return shown.stdout, (results.REPO / path).read_text()
+
+
 def test_kernels_are_the_ones_recorded(progression):
     """The recorded numbers stay valid only while the kernels are those that ran (their defaults are the
     launchers', test_file_defaults_match_the_launcher_defaults). A kernel whose source changed since the
@@ -65,18 +73,14 @@ def test_kernels_are_the_ones_recorded(progression):
 
     commit = progression["provenance"]["commit"]
     for stage in STAGES:
-        path = f"stages/{stage}/kernel.cu"
-        shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=results.REPO, capture_output=True, text=True)
-        if shown.returncode != 0:
-            pytest.skip(f"git cannot show {path} at the recorded commit {commit[:12]} here")
-        current = (results.REPO / path).read_text()
-        if shown.stdout == current:
+        then, now = _sources_then_and_now(commit, f"stages/{stage}/kernel.cu")
+        if then == now:
             continue
         variants = [{}] + ([{"HAS_BIAS": 1, "ACTIVATION": 2}] if stage == "v5_fused" else [])
         for bf16 in (False, True):
             for extra in variants:
                 defines = dict(launcher_defines(stage, bf16, **extra))
-                assert _sass_of(shown.stdout, defines) == _sass_of(current, defines), (
+                assert _sass_of(then, defines) == _sass_of(now, defines), (
                     f"{stage} ({defines}) compiles differently from {commit[:12]}: record the progression again"
                 )
 
@@ -89,18 +93,15 @@ def test_the_autotune_tables_kernels_are_the_ones_recorded():
     from deepgemm.stages import load
 
     record = results.load("autotune")
-    commit, path = record["provenance"]["commit"], "stages/v5_fused/kernel.cu"
-    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=results.REPO, capture_output=True, text=True)
-    if shown.returncode != 0:
-        pytest.skip(f"git cannot show {path} at the recorded commit {commit[:12]} here")
-    current = (results.REPO / path).read_text()
-    if shown.stdout == current:
+    commit = record["provenance"]["commit"]
+    then, now = _sources_then_and_now(commit, "stages/v5_fused/kernel.cu")
+    if then == now:
         return
     pairs = {(r["dtype"], json.dumps(r["config"], sort_keys=True)) for r in record["rows"]}
     for dtype, fields in sorted(pairs):
         config = config_from_fields(json.loads(fields)).merged_over(load("v5_fused").DEFAULTS)
         defines = {**config.defines(), **dtype_defines(input_dtype(dtype))}
-        assert _sass_of(shown.stdout, defines) == _sass_of(current, defines), (
+        assert _sass_of(then, defines) == _sass_of(now, defines), (
             f"v5 {fields} {dtype} compiles differently from {commit[:12]}: record the autotune and shape tables again"
         )
 
