@@ -39,38 +39,25 @@ class Variant:
     epilogue: bool = False  # measured against act(a @ b + bias) rather than a @ b
 
     def config(self) -> GemmConfig:
-        return config_from_knobs(self.knobs)
-
-
-def config_from_knobs(knobs: dict[str, int]) -> GemmConfig:
-    """Knobs by define name (`NUM_STAGES`, `SMEM_SWIZZLE`) as a GemmConfig: its own fields, the rest extra."""
-    core = {f.name for f in dataclasses.fields(GemmConfig) if f.name != "extra"}
-    fields = {name.lower(): value for name, value in knobs.items() if name.lower() in core}
-    return GemmConfig(**fields, extra={name: value for name, value in knobs.items() if name.lower() not in core})
-
-
-def parse_knobs(text: str) -> dict[str, int]:
-    """'NUM_STAGES=2,SMEM_SWIZZLE=0' as a dict; '' as {}."""
-    knobs = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
-            raise ValueError(f"a knob is NAME=INTEGER, e.g. NUM_STAGES=2; got {part!r}")
-        knobs[name.strip().upper()] = int(value)
-    return knobs
+        return GemmConfig.from_defines(self.knobs)
 
 
 def knobs_text(knobs: dict[str, int]) -> str:
     return ",".join(f"{name}={value}" for name, value in knobs.items())
 
 
-def one_cta_per_tile(a: Any, b: Any, _work: Workload) -> Callable[[], object]:
-    """v5 not persistent: a CTA per tile (its cluster's share of them), so each loops once and exits."""
+def v5_with_tiles(a: Any, b: Any) -> tuple[Any, int, int]:
+    """v5's plan as shipped, its cluster tiles and CTAs per cluster: what a different grid is made from."""
     v5 = stages.load("v5_fused")
-    launch = v5.plan(a, b)
     cfg = v5.DEFAULTS
     cluster_m = cfg.value("CLUSTER_M")
     tiles = cluster_tiles(a.shape[0], b.shape[1], cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m)
+    return v5.plan(a, b), tiles, cluster_m
+
+
+def one_cta_per_tile(a: Any, b: Any, _work: Workload) -> Callable[[], object]:
+    """v5 not persistent: a CTA per tile (its cluster's share of them), so each loops once and exits."""
+    launch, tiles, cluster_m = v5_with_tiles(a, b)
     return dataclasses.replace(launch, grid=(tiles * cluster_m,))
 
 

@@ -28,7 +28,7 @@ from deepgemm import (
     timeline,
 )
 from deepgemm.check import random_problem
-from deepgemm.config import GemmConfig
+from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.diff import kernel_diff
 from deepgemm.dtypes import input_dtype
 from deepgemm.profile import profile_stage, top_stalls
@@ -281,8 +281,8 @@ def cmd_run_once(args: argparse.Namespace) -> int:
             if stage == CUBLAS:
                 launch = bench.cublas_launch(a, b, cupy.empty((m, n), dtype=a.dtype))
             else:
-                knobs = ablation.parse_knobs(args.knobs)
-                launch = stages.load(stage).plan(a, b, config=ablation.config_from_knobs(knobs) if knobs else None)
+                knobs = parse_defines(args.knobs)
+                launch = stages.load(stage).plan(a, b, config=GemmConfig.from_defines(knobs) if knobs else None)
             launch()
             launch()
             cupy.cuda.Device().synchronize()

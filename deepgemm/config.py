@@ -48,6 +48,13 @@ class GemmConfig:
         out.update(self.extra)
         return {name: value for name, value in out.items() if value is not None}
 
+    @classmethod
+    def from_defines(cls, defines: Mapping[str, int]) -> GemmConfig:
+        """Knobs by define name (`NUM_STAGES`, `GROUP_M`) as a config: its own fields, the rest extra."""
+        core = {name.lower(): int(value) for name, value in defines.items() if name.lower() in _CORE_FIELDS}
+        extra = {name: int(value) for name, value in defines.items() if name.lower() not in _CORE_FIELDS}
+        return cls(**core, extra=extra)
+
     def value(self, name: str) -> int:
         """A knob by its define name (`BLOCK_M`, `GROUP_M`); a plan asks a dozen times, so no dict is built."""
         core = name.lower()
@@ -58,6 +65,18 @@ class GemmConfig:
 
 
 _CORE_FIELDS = frozenset(f.name for f in fields(GemmConfig) if f.name != "extra")
+
+
+def parse_defines(text: str) -> dict[str, int]:
+    """'NUM_STAGES=2,GROUP_M=1' as {'NUM_STAGES': 2, 'GROUP_M': 1} (names upper-cased); '' as {}. ValueError
+    names a part that is not NAME=INTEGER."""
+    defines = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"a knob is NAME=INTEGER, e.g. NUM_STAGES=2; got {part!r}")
+        defines[name.strip().upper()] = int(value)
+    return defines
 
 
 def require_multiple(cfg: GemmConfig, name: str, multiple: int, why: str) -> None:

@@ -19,7 +19,7 @@ import cupy
 from deepgemm import results, stages
 from deepgemm.bench import bench_rounds
 from deepgemm.check import random_problem, reference, verify
-from deepgemm.config import GemmConfig
+from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.dtypes import input_dtype
 from deepgemm.launch import KernelLaunch
 from lab import RESULTS_DIR
@@ -30,11 +30,7 @@ TAIL_SHAPES = ((129, 200, 72), (1000, 3000, 520), (2304, 2048, 200), (777, 4096,
 
 def parse_variant(text: str) -> GemmConfig:
     """'CLUSTER_N=2,GROUP_M=8' -> the config with those knobs (BLOCK_* and NUM_STAGES go to their fields)."""
-    knobs = dict(part.split("=") for part in text.split(",") if part)
-    core = {
-        name.lower(): int(knobs.pop(name)) for name in list(knobs) if name.lower() in GemmConfig.__dataclass_fields__
-    }
-    return GemmConfig(**core, extra={name: int(value) for name, value in knobs.items()})
+    return GemmConfig.from_defines(parse_defines(text))
 
 
 def planner(config: GemmConfig) -> Callable[..., KernelLaunch]:

@@ -14,9 +14,9 @@ from functools import partial
 import cupy
 
 from deepgemm import stages
+from deepgemm.ablation import v5_with_tiles
 from deepgemm.config import GemmConfig
 from deepgemm.launch import KernelLaunch, max_active_clusters
-from deepgemm.model import cluster_tiles
 
 STAGE = "v5_fused"
 SWEEPS = {
@@ -36,11 +36,7 @@ Plan = Callable[[cupy.ndarray, cupy.ndarray], KernelLaunch]
 def one_cta_per_sm(a: cupy.ndarray, b: cupy.ndarray) -> KernelLaunch:
     """v5's plan with its persistent grid widened to as many clusters as fit on the GPU at once (capped at
     the cluster tiles), instead of the fewest that finish in as many rounds."""
-    v5 = stages.load(STAGE)
-    launch = v5.plan(a, b)
-    cfg = v5.DEFAULTS
-    cluster_m = cfg.value("CLUSTER_M")
-    tiles = cluster_tiles(a.shape[0], b.shape[1], cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m)
+    launch, tiles, cluster_m = v5_with_tiles(a, b)
     slots = max_active_clusters(launch.kernel, launch.block[0], launch.shared_mem, cluster_m)
     return dataclasses.replace(launch, grid=(min(tiles, slots) * cluster_m,))
 

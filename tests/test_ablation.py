@@ -9,7 +9,7 @@ import pytest
 from kernels import compiled, launcher_defines, sass
 
 from deepgemm import ablation, stages
-from deepgemm.config import GemmConfig
+from deepgemm.config import GemmConfig, parse_defines
 
 CONFIG_VARIANTS = [
     (stage, variant)
@@ -51,14 +51,14 @@ def test_smem_swizzle_off_changes_the_addresses_not_the_instructions(stage):
 
 
 def test_knobs_parse_into_a_config_and_bad_text_is_refused():
-    knobs = ablation.parse_knobs("num_stages=2, SMEM_SWIZZLE=0")
+    knobs = parse_defines("num_stages=2, SMEM_SWIZZLE=0")
     assert knobs == {"NUM_STAGES": 2, "SMEM_SWIZZLE": 0}
-    assert ablation.config_from_knobs(knobs) == GemmConfig(num_stages=2, extra={"SMEM_SWIZZLE": 0})
+    assert GemmConfig.from_defines(knobs) == GemmConfig(num_stages=2, extra={"SMEM_SWIZZLE": 0})
     assert ablation.knobs_text(knobs) == "NUM_STAGES=2,SMEM_SWIZZLE=0"
-    assert ablation.parse_knobs("") == {}
+    assert parse_defines("") == {}
     for bad in ("NUM_STAGES", "NUM_STAGES=two", "=2"):
         with pytest.raises(ValueError, match="NAME=INTEGER"):
-            ablation.parse_knobs(bad)
+            parse_defines(bad)
 
 
 def test_the_ablation_suite_refuses_a_shape_that_is_not_a_cube():
