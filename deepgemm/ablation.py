@@ -22,7 +22,7 @@ from deepgemm import stages
 from deepgemm.bench import Workload, cublas_row, measure
 from deepgemm.config import GemmConfig
 from deepgemm.model import cluster_tiles
-from deepgemm.profile import profile_stage, top_stalls
+from deepgemm.profile import SHARED_OPS, profile_stage, top_stalls
 
 GELU_TANH = "gelu_tanh"
 DEFAULT_SIZE = 4096  # M = N = K of every stage's ablation but v0's
@@ -153,8 +153,9 @@ def profile_fields(stage: str, variant: Variant, m: int, n: int, k: int, dtype: 
         return {}
     row = profile_stage(stage, m, n, k, dtype, knobs=knobs_text(variant.knobs))
     stalls = ", ".join(f"{name} {value:.2f}" for name, value in top_stalls(row, 3))
-    conflicts = [row.get(f"bank_conflicts_{op}") for op in ("ld", "st", "ldsm", "ldgsts", "gmma")]
-    total = sum(c for c in conflicts if isinstance(c, float)) if any(isinstance(c, float) for c in conflicts) else None
+    counts = (row.get(f"bank_conflicts_{op}") for op in (*SHARED_OPS, "ldsm"))
+    counted = [c for c in counts if isinstance(c, float)]
+    total = sum(counted) if counted else None
     return {**{f: row.get(f) for f in PROFILE_FIELDS}, "bank_conflicts": total, "top_stalls": stalls}
 
 

@@ -106,15 +106,12 @@ def run_bench(stage_list: Sequence[str], args: argparse.Namespace, suite: str = 
 
 
 def run_ablations(stage_list: Sequence[str], args: argparse.Namespace) -> list[dict]:
-    """The ablation suite: per stage and dtype at the stage's size (`ablation.size_of`), or at --m cubed."""
-    if args.shapes or args.n or args.k:
-        raise ValueError("the ablation suite runs M = N = K: give --m, or nothing for each stage's own size")
+    """The ablation suite: per stage and dtype at the stage's size (`ablation.size_of`), unless shapes are given."""
     rows: list[dict] = []
     for stage in stage_list:
-        for dtype in ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]:
-            size = args.m or ablation.size_of(stage)
-            log(f"ablation {stage} {size}^3 {dtype}:")
-            rows += run_suite("ablation", [stage], (size, size, size), dtype, settle_s(args, "ablation"))
+        for shape, dtype in problems(args, str(ablation.size_of(stage))):
+            log(f"ablation {stage} {'x'.join(map(str, shape))} {dtype}:")
+            rows += run_suite("ablation", [stage], shape, dtype, settle_s(args, "ablation"))
     return rows
 
 

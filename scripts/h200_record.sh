@@ -88,7 +88,6 @@ elif [ "$part" = timeline ]; then
 elif [ "$part" = ablation ]; then
   timeout 560 python3 -m deepgemm bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
 elif [ "$part" = nbval ]; then
-  make --no-print-directory .nbval-site/.installed WHEELS=.whl >/dev/null
   [ "${NBVAL:-1}" = 1 ] && { echo "# make nbval WHEELS=.whl (live: every if-LIVE cell runs) on" \
       "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(date -u '+%Y-%m-%d %H:%M UTC')," \
       "commit $DEEPGEMM_COMMIT"

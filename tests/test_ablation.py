@@ -62,13 +62,10 @@ def test_knobs_parse_into_a_config_and_bad_text_is_refused():
 
 
 def test_the_ablation_suite_refuses_a_shape_that_is_not_a_cube():
-    from argparse import Namespace
+    from deepgemm.cli import run_suite
 
-    from deepgemm.cli import run_ablations
-
-    args = Namespace(shapes="128x256x512", m=None, n=None, k=None, dtype="fp16", settle=None)
-    with pytest.raises(ValueError, match="M = N = K"):
-        run_ablations(["v1_tiled"], args)
+    with pytest.raises(ValueError, match="M = N = K, not 128x256x512"):
+        run_suite("ablation", ["v1_tiled"], (128, 256, 512), "fp16", 0.0)
 
 
 @pytest.mark.gpu
