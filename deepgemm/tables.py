@@ -392,31 +392,26 @@ def source_instructions(rows: Iterable[Row], stage: str, top: int = 8, width: in
     return out
 
 
+ABLATION_FIELDS = ("us", "x_shipped", "bank_conflicts")  # what a row shows of the recorded and the live run
+
+
 def ablation_table(recorded: Iterable[Row], stage: str, dtype: str, live: Iterable[Row] = ()) -> list[Row]:
     """A stage's ablation (`deepgemm.ablation`), one row per variant and cuBLAS: the recorded time, ratio to
-    the stage as shipped and shared-memory bank conflicts, and where `live` rows are given (this GPU's run),
-    the same three beside them."""
-    live_by_name = {r["ablation"]: r for r in live if r.get("ablated_stage") == stage and r["dtype"] == dtype}
-    table = []
-    for row in recorded:
-        if row.get("ablated_stage") != stage or row["dtype"] != dtype:
-            continue
-        here = live_by_name.pop(row["ablation"], {})
-        table.append(
-            {
-                "ablation": row["ablation"],
-                "us": row["us"],
-                "x_shipped": row.get("x_shipped"),
-                "bank_conflicts": row.get("bank_conflicts"),
-                "top_stalls": row.get("top_stalls"),
-                "live_us": here.get("us"),
-                "live_x_shipped": here.get("x_shipped"),
-                "live_bank_conflicts": here.get("bank_conflicts"),
-            }
-        )
-    table += [{"ablation": name, "live_us": r["us"], "live_x_shipped": r.get("x_shipped"),
-               "live_bank_conflicts": r.get("bank_conflicts")} for name, r in live_by_name.items()]  # fmt: skip
-    return table
+    the stage as shipped, bank conflicts and stalls, and where `live` rows are given (this GPU's run), the
+    first three of them beside, as `live_<field>`; a variant only the live run has comes last."""
+
+    def mine(rows: Iterable[Row]) -> dict[str, Row]:
+        return {r["ablation"]: r for r in rows if r.get("ablated_stage") == stage and r["dtype"] == dtype}
+
+    then, now = mine(recorded), mine(live)
+    return [
+        {
+            "ablation": name,
+            **{f: then.get(name, {}).get(f) for f in (*ABLATION_FIELDS, "top_stalls")},
+            **{f"live_{f}": now.get(name, {}).get(f) for f in ABLATION_FIELDS},
+        }
+        for name in [*then, *(name for name in now if name not in then)]
+    ]
 
 
 ABLATION_COLUMNS = (

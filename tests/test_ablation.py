@@ -86,3 +86,17 @@ def test_every_ablation_variant_computes_the_product_at_tails(stage):
         launch = ablation.launches(stage, variant, work)[0]
         stats = verify(launch, work.expected, getattr(launch, "out", None))
         assert stats.passed, f"{variant.name}: {stats.summary()}"
+
+
+def test_the_notebook_table_sets_a_live_run_beside_the_record():
+    from deepgemm.tables import ablation_table
+
+    def row(name, us, stage="v4_pipeline_swizzle", dtype="fp16"):
+        return {"ablation": name, "ablated_stage": stage, "dtype": dtype, "us": us, "x_shipped": 231.0 / us}
+
+    recorded = [row("shipped", 231.0), row("2 stages", 257.0), row("shipped", 99.0, dtype="bf16")]
+    live = [row("2 stages", 260.0), row("only live", 240.0), row("shipped", 1.0, stage="v5_fused")]
+    table = ablation_table(recorded, "v4_pipeline_swizzle", "fp16", live)
+    assert [t["ablation"] for t in table] == ["shipped", "2 stages", "only live"]
+    assert table[0]["us"] == 231.0 and table[0]["live_us"] is None
+    assert table[1]["live_us"] == 260.0 and table[2]["us"] is None and table[2]["live_us"] == 240.0
