@@ -115,6 +115,7 @@ ABLATIONS: dict[str, tuple[Variant, ...]] = {
         Variant("2 stages", {"NUM_STAGES": 2}),
         Variant("GROUP_M 1 (row-major tile order)", {"GROUP_M": 1}),
         Variant("64-byte swizzle (two boxes a k-tile)", {"BOX_K": 32}),
+        Variant("no swizzle (eight 16-byte boxes a k-tile)", {"BOX_K": 8}),
     ),
     "v5_fused": (
         Variant("as shipped: persistent, clusters of 2, GROUP_M 16"),
@@ -122,6 +123,7 @@ ABLATIONS: dict[str, tuple[Variant, ...]] = {
         Variant("no wgmma batch left in flight ([3] off)", {"WGMMA_IN_FLIGHT": 0}),
         Variant("GROUP_M 1 (row-major tile order)", {"GROUP_M": 1}),
         Variant("not persistent: a CTA per tile", plan=one_cta_per_tile),
+        Variant("C from registers, no TMA store ([4] off)", {"TMA_STORE": 0}),
         Variant("bias + GELU fused in the epilogue", plan=fused_epilogue, epilogue=True),
         Variant("bias + GELU as two more kernels", plan=separate_epilogue, epilogue=True),
     ),

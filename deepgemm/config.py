@@ -117,8 +117,9 @@ def require_wgmma_tile(
 ) -> None:
     """The tile of the 128B-swizzled wgmma stages (v4, v5), BLOCK_M one of `block_m` (64 per consumer
     warpgroup), BLOCK_N one of `block_n` (the wgmma N the kernel can issue) and BOX_K one of `box_k` (v4
-    also takes 32: two 64-byte boxes with the 64-byte swizzle): ValueError names the knob and why."""
+    also takes 32, two 64-byte boxes with the 64-byte swizzle, and 8, 16-byte boxes with none): ValueError
+    names the knob and why."""
     require_in(cfg, "BLOCK_M", block_m, "consumer warpgroups x wgmma m64")
     require_in(cfg, "BLOCK_N", block_n, "the N of the wgmma m64nNk16 the kernel issues")
     require_in(cfg, "BLOCK_K", (64,), "one 128-byte swizzle row of 2-byte elements")
-    require_in(cfg, "BOX_K", box_k, "one box spans the whole 128-byte swizzle row, or v4's half of it")
+    require_in(cfg, "BOX_K", box_k, "one box spans the whole 128-byte swizzle row, or v4's half or eighth of it")

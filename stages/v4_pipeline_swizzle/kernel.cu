@@ -48,7 +48,8 @@ __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __float
 #endif
 #ifndef BOX_K
 #define BOX_K 64       // the whole k-tile in one box per operand (128 bytes, the 128B swizzle span);
-                       // 32: two 64-byte boxes with the 64B swizzle (v3's), the swizzle's ablation
+                       // the swizzle's ablation: 32, two 64-byte boxes with the 64B swizzle (v3's);
+                       // 8, eight 16-byte boxes with no swizzle
 #endif
 #ifndef NUM_STAGES
 #define NUM_STAGES 4   // 4 x 48 KB = 192 KB of the 227 KB a CTA may use: deep enough to hide HBM latency
@@ -68,7 +69,7 @@ constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
 constexpr int SWIZZLE_ROW_BYTES = BOX_K * (int)sizeof(elem_t);  // one box row = one swizzle row (128 B)
 constexpr int BOXES = BLOCK_K / BOX_K;                           // boxes per operand per k-tile (1)
-constexpr int K_STEPS_PER_BOX = BOX_K / 16;                      // wgmma k16 steps inside one box row
+constexpr bool SWIZZLED = SWIZZLE_ROW_BYTES >= 32;               // 16-byte boxes: no swizzle
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
 
@@ -78,8 +79,8 @@ extern "C" __device__ const int LAUNCH_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + 1
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
-static_assert((SWIZZLE_ROW_BYTES == 128 || SWIZZLE_ROW_BYTES == 64) && BOXES * BOX_K == BLOCK_K && BOXES <= 2,
-              "one 128-byte or two 64-byte swizzled boxes per operand per k-tile");
+static_assert((SWIZZLE_ROW_BYTES == 128 || SWIZZLE_ROW_BYTES == 64 || SWIZZLE_ROW_BYTES == 16) && BOXES * BOX_K == BLOCK_K,
+              "one 128-byte or two 64-byte swizzled boxes, or eight 16-byte plain ones, per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
               "every tile starts on a 1024-byte boundary, where the 8-row swizzle pattern restarts");
 
@@ -143,14 +144,15 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, un
 //   bits 16-29  leading dimension byte offset (LBO) >> 4
 //   bits 32-45  stride dimension byte offset (SBO) >> 4
 //   bits 49-51  base offset (0: every tile starts 1024-aligned, where the swizzle pattern starts)
-//   bits 62-63  layout type: 1 = 128-byte swizzle (2 = 64-byte, BOX_K 32)
+//   bits 62-63  layout type: 1 = 128-byte swizzle (2 = 64-byte, BOX_K 32; 0 = none, BOX_K 8)
 // For a K-major swizzled operand whose k16 slice (32 bytes) lies inside one 128-byte row, LBO is not
-// used; SBO is the distance between 8-row groups of core matrices along M (or N).
+// used; SBO is the distance between 8-row groups of core matrices along M (or N). Without a swizzle a
+// core matrix is 8 rows x 16 bytes, contiguous; LBO steps to the next 16 bytes of K, SBO to the next 8 rows.
 __device__ __forceinline__ unsigned long long make_smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return  (unsigned long long)((addr >> 4) & 0x3FFF)
          | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
          | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32)
-         | ((SWIZZLE_ROW_BYTES == 128 ? 1ull : 2ull) << 62);  // layout type: 128B or 64B swizzle
+         | ((SWIZZLE_ROW_BYTES == 128 ? 1ull : SWIZZLE_ROW_BYTES == 64 ? 2ull : 0ull) << 62);  // layout type
 }
 
 // Orders this thread's earlier register and shared-memory accesses before the wgmma that follow:
@@ -339,10 +341,11 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
                 tma_load_2d(a_dst, &tma_a, bar, k_tile * BLOCK_K, tile_m * BLOCK_M);
                 tma_load_2d(b_dst, &tma_b, bar, k_tile * BLOCK_K, tile_n * BLOCK_N);
-                if constexpr (BOXES == 2) {  // BOX_K 32: the second 64-byte box of each, after the first
-                    const int k = k_tile * BLOCK_K + BOX_K;
-                    tma_load_2d(a_dst + BLOCK_M * SWIZZLE_ROW_BYTES, &tma_a, bar, k, tile_m * BLOCK_M);
-                    tma_load_2d(b_dst + BLOCK_N * SWIZZLE_ROW_BYTES, &tma_b, bar, k, tile_n * BLOCK_N);
+#pragma unroll
+                for (int box = 1; box < BOXES; ++box) {  // BOX_K 32 or 8: the other boxes of each, in order
+                    const int k = k_tile * BLOCK_K + box * BOX_K;
+                    tma_load_2d(a_dst + box * BLOCK_M * SWIZZLE_ROW_BYTES, &tma_a, bar, k, tile_m * BLOCK_M);
+                    tma_load_2d(b_dst + box * BLOCK_N * SWIZZLE_ROW_BYTES, &tma_b, bar, k, tile_n * BLOCK_N);
                 }
                 timeline_stamp(true, 0, Stamp::handoff, stage, stamps);
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
@@ -377,12 +380,15 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 // k16 step kk is the 32-byte column kk of every 128-byte row: advance the start address
                 // by 32 bytes; the hardware applies the same XOR as TMA, from the address bits. SBO =
                 // 1024 bytes (8 rows x 128 B) between 8-row groups; LBO unused for this layout (16 B,
-                // field value 1). (BOX_K 32: step kk is column kk % 2 of box kk / 2.)
-                const int box = kk / K_STEPS_PER_BOX, column = (kk % K_STEPS_PER_BOX) * 32;
+                // field value 1). BOX_K 32: step kk is column kk % 2 of box kk / 2. BOX_K 8: step kk is
+                // boxes 2 kk and 2 kk + 1, one box apart (LBO), each row 16 bytes after the last.
+                const int box = kk * 16 / BOX_K, column = kk * 16 % BOX_K * (int)sizeof(elem_t);
+                const unsigned lbo_a = SWIZZLED ? 16 : BLOCK_M * SWIZZLE_ROW_BYTES;
+                const unsigned lbo_b = SWIZZLED ? 16 : BLOCK_N * SWIZZLE_ROW_BYTES;
                 const unsigned long long desc_a = make_smem_desc(a_base + box * BLOCK_M * SWIZZLE_ROW_BYTES + column,
-                                                                 16, 8 * SWIZZLE_ROW_BYTES);
+                                                                 lbo_a, 8 * SWIZZLE_ROW_BYTES);
                 const unsigned long long desc_b = make_smem_desc(b_base + box * BLOCK_N * SWIZZLE_ROW_BYTES + column,
-                                                                 16, 8 * SWIZZLE_ROW_BYTES);
+                                                                 lbo_b, 8 * SWIZZLE_ROW_BYTES);
                 wgmma_m64nNk16<BLOCK_N>(acc, desc_a, desc_b, 1);
             }
             wgmma_commit_group();

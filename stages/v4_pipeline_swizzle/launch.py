@@ -25,10 +25,11 @@ def plan(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -
     require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out)
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
-    require_wgmma_tile(cfg, box_k=(64, 32))
-    # A box row is one swizzle row: 64 elements, 128 bytes, as shipped; BOX_K 32 (the swizzle's ablation),
-    # 64 bytes with the 64-byte swizzle.
-    return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=cfg.value("BOX_K") * p.a.itemsize)
+    require_wgmma_tile(cfg, box_k=(64, 32, 8))
+    # A box row is one swizzle row: 64 elements, 128 bytes, as shipped. The swizzle's ablation: BOX_K 32,
+    # 64 bytes with the 64-byte swizzle; BOX_K 8, 16-byte rows with none.
+    box_bytes = cfg.value("BOX_K") * p.a.itemsize
+    return tma_gemm_launch(STAGE, p, cfg, swizzle_bytes=box_bytes if box_bytes >= 32 else 0)
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, config: GemmConfig | None = None) -> Any:

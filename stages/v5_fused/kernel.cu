@@ -118,9 +118,13 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef WGMMA_IN_FLIGHT
 #define WGMMA_IN_FLIGHT 1 // [3] wgmma batches left in flight while the next k-tile is issued; 0: the ablation
 #endif
+#ifndef TMA_STORE
+#define TMA_STORE 1    // [4] C through swizzled shared memory and TMA stores; 0: from registers, the ablation
+#endif
 #ifndef TIMELINE
 #define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for deepgemm/timeline.py ([T])
 #endif
+#define C_BY_POINTER (SWAP_AB || !TMA_STORE)  // no map of C: [8] none describes C transposed
 constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
 constexpr int NUM_CONSUMERS = BLOCK_M / WG_ROWS;    // consumer warpgroups; each releases a stage once per warp
 constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces, warpgroups 1 (and 2) consume
@@ -152,7 +156,7 @@ constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue
 constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
 constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
-constexpr int EPI_BYTES = SWAP_AB ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
+constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
 
 static_assert(BLOCK_M == 64 || BLOCK_M == 128, "[7] one or two consumer warpgroups of 64 rows");
@@ -177,7 +181,7 @@ static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
 // The launch facts the launcher reads back from the compiled module, so they are written only here.
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
 extern "C" __device__ const int LAUNCH_SMEM_BYTES = DYNAMIC_SMEM_BYTES;
-extern "C" __device__ const int LAUNCH_STORE_ROWS = SWAP_AB ? 0 : EPI_ROWS;  // the box of C's map: rows ...
+extern "C" __device__ const int LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : EPI_ROWS;  // the box of C's map: rows ...
 extern "C" __device__ const int LAUNCH_STORE_COLS = EPI_CHUNK_COLS;   // ... and columns; [8] 0: C by pointer
 
 // The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
@@ -653,9 +657,9 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 // them zero again); both may be nullptr otherwise.
 // ---------------------------------------------------------------------------------------------------
 
-#if SWAP_AB
+#if C_BY_POINTER
 // [8] The launcher passes the swapped problem: M is C's columns, N its rows; C comes as a pointer (row stride
-// ldc) to store C^T into, since no tensor map describes C transposed.
+// ldc) to store C^T into, since no tensor map describes C transposed. (TMA_STORE 0 takes C the same way.)
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b, out_t* __restrict__ c_out,
             const float* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters)
@@ -760,9 +764,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
         const int warp = (threadIdx.x % 128) / 32;
         const int lane = threadIdx.x % 32;
-        // This warp's two store boxes; the chunk counter runs on across tiles and picks the box.
-        const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
-        int epi_chunk = 0;
+        // This warp's two store boxes (none where C goes by pointer); the chunk counter runs on across tiles.
+        [[maybe_unused]] const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
+        [[maybe_unused]] int epi_chunk = 0;
         float acc[BLOCK_N / 2];
         const bool stamper = threadIdx.x % 128 == 0;  // [T]
         int stamps = 0;
@@ -863,6 +867,31 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                             store_out(c_out + (long long)col * ldc + row,
                                       epilogue_value(acc[4 * j + 2 * h + e], alpha, row_bias));
                     }
+                }
+            }
+#elif !TMA_STORE
+            // [4] off, the ablation: act(alpha * acc + bias) straight from registers to C, as v4 stores,
+            // two neighbouring columns per store where they are both in C and 4-byte aligned.
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; ++j) {
+                const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4);
+                const float bias_lo = HAS_BIAS && col < N ? __ldg(bias + col) : 0.0f;
+                const float bias_hi = HAS_BIAS && col + 1 < N ? __ldg(bias + col + 1) : 0.0f;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = warp_row0 + lane / 4 + 8 * h;
+                    if (row >= M || col >= N) continue;
+                    out_t* dst = c_out + (long long)row * ldc + col;
+                    const float v0 = epilogue_value(acc[4 * j + 2 * h], alpha, bias_lo);
+                    const float v1 = epilogue_value(acc[4 * j + 2 * h + 1], alpha, bias_hi);
+#if OUT_DTYPE != 2
+                    if (col + 1 < N && reinterpret_cast<unsigned long long>(dst) % 4 == 0) {
+                        *reinterpret_cast<unsigned*>(dst) = pack_out2(v0, v1);
+                        continue;
+                    }
+#endif
+                    store_out(dst, v0);
+                    if (col + 1 < N) store_out(dst + 1, v1);
                 }
             }
 #else

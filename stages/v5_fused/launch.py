@@ -40,6 +40,7 @@ DEFAULTS = GemmConfig(
         "SPLIT_K": 1,
         "SWAP_AB": 0,
         "WGMMA_IN_FLIGHT": 1,
+        "TMA_STORE": 1,
         "TIMELINE": 0,
     },
 )
@@ -52,6 +53,9 @@ SPLIT_SLOTS = {**GEMM_SLOTS, "partials": (8, "ptr"), "counters": (9, "ptr")}
 # stride follows K, before split-K's partials and counters.
 SWAP_SLOTS = {"b": (0, "map"), "a": (1, "map"), "out": (2, "ptr"), "bias": (3, "ptr"), "alpha": (4, "f32")}
 SWAP_SPLIT_SLOTS = {**SWAP_SLOTS, "partials": (9, "ptr"), "counters": (10, "ptr")}
+# [4] off (TMA_STORE 0, the ablation): C is a pointer and its row stride, as when swapped.
+POINTER_SLOTS = {**GEMM_SLOTS, "out": (2, "ptr")}
+POINTER_SPLIT_SLOTS = {**POINTER_SLOTS, "partials": (9, "ptr"), "counters": (10, "ptr")}
 SWAP_BLOCK_N = (16, 32)  # [8] C's rows as wgmma's N
 STRIP_ROWS = 16  # rows of C per consumer warp: one split-K counter each
 
@@ -71,6 +75,7 @@ def check_config(cfg: GemmConfig) -> None:
     require_wgmma_tile(cfg, block_n=SWAP_BLOCK_N if swap else (64, 128, 192, 256), block_m=(64, 128))
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
     require_in(cfg, "CLUSTER_N", (1, 2), "CTAs per cluster sharing A through TMA multicast")
+    require_in(cfg, "TMA_STORE", (0, 1), "1 stores C through shared memory and TMA, 0 from registers")
     split = cfg.value("SPLIT_K")
     if not isinstance(split, int) or split < 1:
         raise ValueError(f"SPLIT_K = {split} must be a positive number of slices of K")
@@ -150,6 +155,8 @@ def plan_problem(
     if swap:  # the call's a and b are the kernel's B and A: so are their slots and copies
         launch.slots = SWAP_SPLIT_SLOTS if split > 1 else SWAP_SLOTS
         launch.staged = {{"a": "b", "b": "a"}.get(name, name): shape for name, shape in launch.staged.items()}
+    elif cfg.value("TMA_STORE") == 0:
+        launch.slots = POINTER_SPLIT_SLOTS if split > 1 else POINTER_SLOTS
     else:
         launch.slots = SPLIT_SLOTS if split > 1 else GEMM_SLOTS
     return launch
