@@ -132,7 +132,7 @@ ABLATIONS: dict[str, tuple[Variant, ...]] = {
 PROFILE_FIELDS = (
     "duration_ns", "bank_conflicts_ld", "bank_conflicts_st", "bank_conflicts_ldsm", "bank_conflicts_gmma",
     "bank_conflicts_ldgsts",
-    "wavefronts_shared_ld", "wavefronts_shared_st", "dram_throughput_pct", "l2_hit_rate_pct",
+    "wavefronts_shared_ld", "wavefronts_shared_st", "wavefronts_shared_gmma", "dram_throughput_pct", "l2_hit_rate_pct",
     "tensor_pipe_active_pct",
 )  # fmt: skip
 

@@ -370,13 +370,14 @@ def tile_hierarchy(stage_list: Sequence[str] = STAGES) -> Figure:
 
 
 SPAN_COLORS = {"waiting": "0.8", "working": "tab:blue", "between": "tab:cyan", "epilogue": "tab:red",
-               "loading": "tab:orange", "full": "tab:green"}  # fmt: skip
+               "issued": "tab:orange", "in use": "tab:green"}  # fmt: skip
 
 
-def pipeline_timeline(rows: Sequence[Row], cta: int = 0, until: int | None = None) -> Figure:
+def pipeline_timeline(rows: Sequence[Row], cta: int = 0, cycles: tuple[int, int] | None = None) -> Figure:
     """One CTA's timeline (`deepgemm.timeline` rows of one stage and run): a lane per role, its waits in grey
-    and its work in colour, then a lane per stage of the mbarrier ring, loading (TMA issued, not yet
-    landed) and full (landed, not yet handed back). `until`: the last clock cycle drawn."""
+    and its work in colour, then a lane per stage of the mbarrier ring, issued (TMA issued, not yet taken
+    by consumer 0) and in use (taken, not yet handed back by both consumers). `cycles`: the first and last
+    clock cycle drawn."""
     mine = [row for row in rows if row["cta"] == cta]
     if not mine:
         return empty_figure(f"no timeline stamps for CTA {cta}")
@@ -396,8 +397,8 @@ def pipeline_timeline(rows: Sequence[Row], cta: int = 0, until: int | None = Non
               fontsize=8, frameon=False)  # fmt: skip
     ax.set_yticks(range(len(lanes)), [name for name, _ in lanes])
     ax.invert_yaxis()
-    if until is not None:
-        ax.set_xlim(0, until)
+    if cycles is not None:
+        ax.set_xlim(*cycles)
     ax.set_xlabel(f"SM clock cycles since CTA {cta}'s first stamp")
     first = mine[0]
     ax.set_title(f"{first.get('stage', '')} {first.get('dtype', '')}, CTA {cta}: who waits, and the stages' ring",

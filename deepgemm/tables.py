@@ -392,13 +392,14 @@ def source_instructions(rows: Iterable[Row], stage: str, top: int = 8, width: in
     return out
 
 
-ABLATION_FIELDS = ("us", "x_shipped", "bank_conflicts")  # what a row shows of the recorded and the live run
+# What a row shows of the recorded and the live run.
+ABLATION_FIELDS = ("us", "x_shipped", "bank_conflicts", "tensor_pipe_active_pct")
 
 
 def ablation_table(recorded: Iterable[Row], stage: str, dtype: str, live: Iterable[Row] = ()) -> list[Row]:
     """A stage's ablation (`deepgemm.ablation`), one row per variant and cuBLAS: the recorded time, ratio to
     the stage as shipped, bank conflicts and stalls, and where `live` rows are given (this GPU's run), the
-    first three of them beside, as `live_<field>`; a variant only the live run has comes last."""
+    first four of them beside, as `live_<field>`; a variant only the live run has comes last."""
 
     def mine(rows: Iterable[Row]) -> dict[str, Row]:
         return {r["ablation"]: r for r in rows if r.get("ablated_stage") == stage and r["dtype"] == dtype}
@@ -419,8 +420,10 @@ ABLATION_COLUMNS = (
     ("us", "µs (H200)", 1),
     ("x_shipped", "x shipped", 2),
     ("bank_conflicts", "bank conflicts", 0),
+    ("tensor_pipe_active_pct", "tensor %", 0),
     ("live_us", "µs (here)", 1),
     ("live_x_shipped", "x shipped", 2),
     ("live_bank_conflicts", "bank conflicts", 0),
+    ("live_tensor_pipe_active_pct", "tensor %", 0),
     ("top_stalls", "top stalls (H200)", 0),
 )

@@ -76,8 +76,9 @@ def role_spans(events: Sequence[Sequence[Any]]) -> list[Row]:
 
 
 def ring_spans(rows: Iterable[Row], cta: int = 0) -> list[Row]:
-    """Per stage of the ring, each fill of it: 'loading' from the producer's hand-off (TMA issued) to consumer
-    0 going on (the full barrier complete), then 'full' until the last consumer hands the stage back."""
+    """Per stage of the ring, each fill of it: 'issued' from the producer's hand-off (TMA issued) to consumer
+    0 going on (the full barrier complete), then 'in use' until the last consumer hands the stage back.
+    'issued' bounds the load's time from above; where consumer 0 had to wait for the stage, it is that time."""
     by_role = {row["role"]: row["events"] for row in rows if row["cta"] == cta}
     issued = _times(by_role.get("producer", []), "handoff")
     landed = _times(by_role.get("consumer 0", []), "go")
@@ -85,11 +86,17 @@ def ring_spans(rows: Iterable[Row], cta: int = 0) -> list[Row]:
     spans = []
     for stage, issue_times in issued.items():
         for i, (issue, land) in enumerate(zip(issue_times, landed.get(stage, []))):
-            spans.append({"kind": "loading", "stage": stage, "start": issue, "end": land})
+            spans.append({"kind": "issued", "stage": stage, "start": issue, "end": land})
             backs = [times[stage][i] for times in released if i < len(times.get(stage, []))]
             if backs:
-                spans.append({"kind": "full", "stage": stage, "start": land, "end": max(backs)})
+                spans.append({"kind": "in use", "stage": stage, "start": land, "end": max(backs)})
     return spans
+
+
+def epilogue_starts(rows: Iterable[Row], cta: int = 0) -> list[int]:
+    """The clocks at which consumer 0 of CTA `cta` starts an epilogue: where to look for a tile boundary."""
+    events = next((row["events"] for row in rows if row["cta"] == cta and row["role"] == "consumer 0"), [])
+    return [clock for name, _, clock in events if name == "epilogue"]
 
 
 def _times(events: Sequence[Sequence[Any]], event: str) -> dict[int, list[int]]:

@@ -100,3 +100,37 @@ def test_the_notebook_table_sets_a_live_run_beside_the_record():
     assert [t["ablation"] for t in table] == ["shipped", "2 stages", "only live"]
     assert table[0]["us"] == 231.0 and table[0]["live_us"] is None
     assert table[1]["live_us"] == 260.0 and table[2]["us"] is None and table[2]["live_us"] == 240.0
+
+
+def test_v5_without_the_tma_store_stores_c_from_registers():
+    """TMA_STORE=0 takes C as a pointer: no bulk tensor store and no stmatrix, global stores instead."""
+    shipped = sass("v5_fused", launcher_defines("v5_fused", False))
+    by_pointer = sass("v5_fused", launcher_defines("v5_fused", False, TMA_STORE=0))
+    assert "UTMASTG" in shipped and "STSM" in shipped
+    assert "UTMASTG" not in by_pointer and "STSM" not in by_pointer and "STG.E" in by_pointer
+
+
+def test_v4_without_a_swizzle_loads_eight_boxes_per_operand():
+    """BOX_K=8: eight 16-byte-wide TMA loads per operand per k-tile where the shipped kernel issues one."""
+    shipped = sass("v4_pipeline_swizzle", launcher_defines("v4_pipeline_swizzle", False))
+    plain = sass("v4_pipeline_swizzle", launcher_defines("v4_pipeline_swizzle", False, BOX_K=8))
+    assert shipped.count("UTMALDG") == 2 and plain.count("UTMALDG") == 16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_v5_storing_c_from_registers_runs_the_fused_epilogue_at_tails(dtype):
+    """The ablation's pointer store with bias and GELU, at tails in every dimension, in both dtypes."""
+    from deepgemm.bench import Workload
+    from deepgemm.check import verify
+    from deepgemm.operands import compute_capability
+
+    if compute_capability() != (9, 0):
+        pytest.skip("v5 needs sm_90a")
+    work = Workload.make(300, 520, 260, dtype, seed=7, bias=True, activation=ablation.GELU_TANH)
+    a, b = work.problems[0]
+    launch = stages.load("v5_fused").plan(
+        a, b, bias=work.bias, activation=ablation.GELU_TANH, config=GemmConfig(extra={"TMA_STORE": 0})
+    )
+    stats = verify(launch, work.expected, launch.out)
+    assert stats.passed, stats.summary()

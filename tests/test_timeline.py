@@ -59,9 +59,10 @@ def test_stamps_decode_into_spans_per_role_and_per_stage():
     assert spans[1] == {"kind": "working", "stage": 0, "start": 100, "end": 160}
     assert len(spans) == 6  # the epilogue stamp opens no span: nothing marks its end
     ring = timeline.ring_spans(rows)
-    assert {"kind": "loading", "stage": 0, "start": 10, "end": 100} in ring
-    assert {"kind": "full", "stage": 0, "start": 100, "end": 165} in ring  # until the later consumer hands back
-    assert {"kind": "full", "stage": 1, "start": 170, "end": 240} in ring
+    assert {"kind": "issued", "stage": 0, "start": 10, "end": 100} in ring
+    assert {"kind": "in use", "stage": 0, "start": 100, "end": 165} in ring  # until the later consumer hands back
+    assert {"kind": "in use", "stage": 1, "start": 170, "end": 240} in ring
+    assert timeline.epilogue_starts(rows) == [231] and timeline.epilogue_starts(rows, cta=1) == []
     summary = {row["role"]: row for row in timeline.summary(rows)}
     assert summary["consumer 0"]["waiting"] == (100 - 1) + (170 - 161)
     assert summary["producer"]["pct_waiting"] == pytest.approx(100 * 3 / 20)
