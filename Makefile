@@ -17,6 +17,7 @@ VENV ?= .venv
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 NBVAL_ARGS ?=
+NB ?=
 WHEELS ?=
 WHEEL_PYTHON ?= 3.12
 NOTEBOOK_PACKAGES := nbval ipykernel nbclient
@@ -75,7 +76,7 @@ nbval: $(STAMP) $(NB_STAMP)
 	else echo "nbval is not installed here: notebooks not executed (WHEELS=DIR installs it from wheels)"; fi
 
 notebooks: $(STAMP) $(NB_STAMP)
-	$(NB_ENV) $(PY) scripts/execute_notebooks.py --out out/notebooks
+	$(NB_ENV) $(PY) scripts/execute_notebooks.py --out out/notebooks $(NB)
 
 lint: $(STAMP)
 	$(PY) -m ruff check deepgemm stages tests lab conftest.py

@@ -370,19 +370,25 @@ def timeline_lines(rows: list[dict]) -> list[str]:
         lines.append(f"{stage} {dtype} {m}x{n}x{k}, CTA 0:")
         here = [r for r in rows if (r["stage"], r["dtype"], r["m"], r["n"], r["k"]) == key]
         lines.append(results.format_table(timeline.summary(here), timeline.SUMMARY_COLUMNS))
+        lines.append(timeline.ring_line(here))
     return lines
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     """v4's or v5's pipeline over time from in-kernel clock stamps (`deepgemm.timeline`); without a GPU the
     recorded run's summary."""
+    knobs = parse_defines(args.knobs)
+    if knobs and args.record:
+        raise SystemExit("timeline.json holds the stages as shipped: a run with --knobs is printed, not recorded")
     if not gpu_available():
         show_recorded("timeline", timeline_lines)
         return 0
+    if knobs:
+        print(f"built with {args.knobs} beside TIMELINE=1")
     rows = []
     for stage in parse_stages(args.stages):
         for (m, n, k), dtype in problems(args):
-            rows += timeline.record(stage, m, n, k, dtype)
+            rows += timeline.record(stage, m, n, k, dtype, knobs)
     print("\n".join(timeline_lines(rows)))
     if args.record:
         print(f"recorded in {results.save('timeline', rows, results.provenance())}")
@@ -446,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     steady.set_defaults(run=cmd_stability, dtype="fp16")
     line = sub.add_parser("timeline", help="v4's or v5's pipeline over time, from clock stamps in the kernel")
     line.add_argument("--stages", default="v4,v5", help="v4, v5 or both (default)")
+    line.add_argument("--knobs", default="", help="NAME=VALUE,... built in beside TIMELINE=1, e.g. BOX_K=8")
     line.add_argument("--record", action="store_true", help="write results/<gpu>/timeline.json")
     add_problem_args(line)
     line.set_defaults(run=cmd_timeline, dtype="fp16")

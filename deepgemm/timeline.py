@@ -109,18 +109,49 @@ def _times(events: Sequence[Sequence[Any]], event: str) -> dict[int, list[int]]:
 
 
 def summary(rows: Iterable[Row], cta: int = 0) -> list[Row]:
-    """Per role of one CTA: cycles waiting, working, between hand-offs and in epilogues, and the share waiting."""
+    """Per role of one CTA: cycles waiting, working, between hand-offs and in epilogues, the share waiting,
+    and the median of one wait and of one stretch of work (a k-tile's)."""
     table = []
     for row in rows:
         if row["cta"] != cta:
             continue
+        spans = role_spans(row["events"])
         totals = {kind: 0 for kind in SPAN_OF.values()}
-        for span in role_spans(row["events"]):
+        for span in spans:
             totals[span["kind"]] += span["end"] - span["start"]
         elapsed = sum(totals.values())
         waiting = 100.0 * totals["waiting"] / elapsed if elapsed else None
-        table.append({"role": row["role"], **totals, "pct_waiting": waiting})
+        medians = {f"median_{kind}": _median(spans, kind) for kind in ("waiting", "working")}
+        table.append({"role": row["role"], **totals, "pct_waiting": waiting, **medians})
     return table
+
+
+def ring_summary(rows: Iterable[Row], cta: int = 0) -> Row:
+    """One CTA's ring in cycles: the first load's issue to its taking, and the medians of 'issued' and
+    'in use' (`ring_spans`)."""
+    ring = ring_spans(rows, cta)
+    issued = [span for span in ring if span["kind"] == "issued"]
+    return {
+        "first_issued": issued[0]["end"] - issued[0]["start"] if issued else None,
+        "median_issued": _median(ring, "issued"),
+        "median_in_use": _median(ring, "in use"),
+    }
+
+
+def ring_line(rows: Iterable[Row], cta: int = 0) -> str:
+    """`ring_summary` in words, for the CLI and the notebooks."""
+    ring = ring_summary(rows, cta)
+    if ring["first_issued"] is None:
+        return f"CTA {cta}: no ring stamps"
+    return (
+        f"ring of CTA {cta}: first load taken {ring['first_issued']:,} cycles after its issue; loads taken a "
+        f"median {ring['median_issued']:,.0f} after theirs; a stage in use a median {ring['median_in_use']:,.0f}"
+    )
+
+
+def _median(spans: Iterable[Row], kind: str) -> float | None:
+    lengths = [span["end"] - span["start"] for span in spans if span["kind"] == kind]
+    return float(np.median(lengths)) if lengths else None
 
 
 SUMMARY_COLUMNS = (
@@ -130,16 +161,19 @@ SUMMARY_COLUMNS = (
     ("between", "between", 0),
     ("epilogue", "epilogue", 0),
     ("pct_waiting", "% waiting", 1),
+    ("median_waiting", "one wait (median)", 0),
+    ("median_working", "one k-tile's work (median)", 0),
 )
 
 
-def record(stage: str, m: int, n: int, k: int, dtype: str) -> list[Row]:
-    """One launch of `stage` built with TIMELINE=1 on random inputs, its output verified first, and its
-    stamps decoded (`decode`), each row with the stage, dtype and shape. Needs the GPU the stage needs."""
+def record(stage: str, m: int, n: int, k: int, dtype: str, knobs: dict[str, int] | None = None) -> list[Row]:
+    """One launch of `stage` built with TIMELINE=1 (and `knobs`, e.g. an ablation's) on random inputs, its
+    output verified first, and its stamps decoded (`decode`), each row with the stage, dtype and shape.
+    Needs the GPU the stage needs."""
     if stage not in STAGES:
         raise ValueError(f"{stage} has no timeline; the stages with one are {', '.join(STAGES)}")
     a, b = random_problem(m, n, k, input_dtype(dtype), seed=0)
-    launch = stages.load(stage).plan(a, b, config=GemmConfig(extra={"TIMELINE": 1}))
+    launch = stages.load(stage).plan(a, b, config=GemmConfig.from_defines({**(knobs or {}), "TIMELINE": 1}))
     pointer = jit.module_of(launch.kernel).get_global(SYMBOL)
     stamps = cupy.ndarray((CTAS * ROLES * STAMPS,), dtype=cupy.uint64, memptr=pointer)
     stats = verify(launch, reference(a, b), launch.out)  # a warm launch; its stamps are replaced below

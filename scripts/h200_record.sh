@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recording runs, eleven parts that each fit one device call:
+# The recording runs, parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3; with v5 and cuBLAS alternated six times each),
 #                                   raster and epilogue suites, the lab's v5_grid sweep, then the GPU tests
 #   scripts/h200_record.sh progression  the progression and its pairs alone, then the GPU tests
@@ -26,9 +26,11 @@
 #                                   4096^3 FP16 (timeline.json), then its GPU tests
 #   scripts/h200_record.sh ablation each stage with its technique switched off, timed beside cuBLAS and profiled,
 #                                   FP16 (ablation.json, about 3 minutes)
+#   scripts/h200_record.sh timeline-ablation  the same with an ablation built in: v4 without a swizzle, v5
+#                                   without a wgmma batch in flight (timeline_ablation.txt)
 #   scripts/h200_record.sh nbval    the notebooks live under nbval (nbval_live.txt; NBVAL=0 leaves it out), then
-#                                   with NOTEBOOKS=1 every notebook executed into $OUT/notebooks.tgz; needs the
-#                                   wheels of `make wheels` carried in .whl
+#                                   with NOTEBOOKS=1 every notebook (or those NB names) executed into
+#                                   $OUT/notebooks.tgz; needs the wheels of `make wheels` carried in .whl
 # Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -85,6 +87,14 @@ elif [ "$part" = source ]; then
 elif [ "$part" = timeline ]; then
   timeout 200 python3 -m deepgemm timeline --stages v4,v5 --m 4096 --dtype fp16 --record 2>&1 | tail -20
   timeout 200 python3 -m pytest tests/test_timeline.py -q -rfE -p no:cacheprovider 2>&1 | tail -5
+elif [ "$part" = timeline-ablation ]; then
+  { echo "# python -m deepgemm timeline --m 4096 --dtype fp16 --stages v4 --knobs BOX_K=8, then --stages v5" \
+      "--knobs WGMMA_IN_FLIGHT=0, on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+      "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
+    timeout 100 python3 -m deepgemm timeline --stages v4 --m 4096 --dtype fp16 --knobs BOX_K=8 2>&1
+    timeout 100 python3 -m deepgemm timeline --stages v5 --m 4096 --dtype fp16 --knobs WGMMA_IN_FLIGHT=0 2>&1
+  } > results/h200/timeline_ablation.txt
+  cat results/h200/timeline_ablation.txt
 elif [ "$part" = ablation ]; then
   timeout 560 python3 -m deepgemm bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
 elif [ "$part" = nbval ]; then
@@ -94,7 +104,7 @@ elif [ "$part" = nbval ]; then
     timeout 480 make --no-print-directory nbval WHEELS=.whl NBVAL_ARGS="-q --durations=15" 2>&1 | tail -40
   } > results/h200/nbval_live.txt && cat results/h200/nbval_live.txt
   if [ "${NOTEBOOKS:-0}" = 1 ]; then
-    timeout 400 make --no-print-directory notebooks WHEELS=.whl 2>&1 | tail -5
+    timeout 400 make --no-print-directory notebooks WHEELS=.whl NB="${NB:-}" 2>&1 | tail -5
     tar czf "$out/notebooks.tgz" -C out notebooks  # one file: the device tool returns only a few files a call
   fi
 elif [ "$part" = tests ]; then

@@ -66,6 +66,9 @@ def test_stamps_decode_into_spans_per_role_and_per_stage():
     summary = {row["role"]: row for row in timeline.summary(rows)}
     assert summary["consumer 0"]["waiting"] == (100 - 1) + (170 - 161)
     assert summary["producer"]["pct_waiting"] == pytest.approx(100 * 3 / 20)
+    assert summary["consumer 0"]["median_waiting"] == (99 + 9) / 2 and summary["consumer 0"]["median_working"] == 60
+    assert timeline.ring_summary(rows) == {"first_issued": 90, "median_issued": (90 + 150) / 2, "median_in_use": 67.5}
+    assert "first load taken 90 cycles" in timeline.ring_line(rows)
 
 
 def test_the_figure_has_a_lane_per_role_and_per_stage():
@@ -103,3 +106,10 @@ def test_a_stamped_launch_is_right_and_stamps_every_k_tile(stage):
         assert tiles >= 1 and len(events) == tiles * 49, (name, events[:8])
         clocks = [clock for _, _, clock in cta0[name]]
         assert clocks == sorted(clocks), f"{name}'s stamps are not in time order"
+
+
+def test_a_timeline_with_knobs_is_not_recorded_over_the_shipped_one():
+    from deepgemm.cli import main
+
+    with pytest.raises(SystemExit, match="printed, not recorded"):
+        main(["timeline", "--knobs", "BOX_K=8", "--record"])
