@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _notebook(path: Path, *sources: str) -> Path:
-    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s}
-             for s in sources]  # fmt: skip
+    cells = [{"cell_type": "code", "id": f"cell-{i}", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": s} for i, s in enumerate(sources)]  # fmt: skip
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     return path
 
