@@ -392,8 +392,10 @@ def source_instructions(rows: Iterable[Row], stage: str, top: int = 8, width: in
     return out
 
 
-# What a row shows of the recorded and the live run.
-ABLATION_FIELDS = ("us", "x_shipped", "bank_conflicts", "tensor_pipe_active_pct")
+# What a row shows of the recorded and the live run: field, label, digits.
+ABLATION_SHOWN = (("us", "µs", 1), ("x_shipped", "x shipped", 2), ("bank_conflicts", "bank conflicts", 0),
+                  ("tensor_pipe_active_pct", "tensor %", 0))  # fmt: skip
+ABLATION_FIELDS = tuple(field for field, _, _ in ABLATION_SHOWN)
 
 
 def ablation_table(recorded: Iterable[Row], stage: str, dtype: str, live: Iterable[Row] = ()) -> list[Row]:
@@ -417,13 +419,7 @@ def ablation_table(recorded: Iterable[Row], stage: str, dtype: str, live: Iterab
 
 ABLATION_COLUMNS = (
     ("ablation", "variant", 0),
-    ("us", "µs (H200)", 1),
-    ("x_shipped", "x shipped", 2),
-    ("bank_conflicts", "bank conflicts", 0),
-    ("tensor_pipe_active_pct", "tensor %", 0),
-    ("live_us", "µs (here)", 1),
-    ("live_x_shipped", "x shipped", 2),
-    ("live_bank_conflicts", "bank conflicts", 0),
-    ("live_tensor_pipe_active_pct", "tensor %", 0),
+    *((f, f"{label} (H200)" if f == "us" else label, digits) for f, label, digits in ABLATION_SHOWN),
+    *((f"live_{f}", f"{label} (here)" if f == "us" else label, digits) for f, label, digits in ABLATION_SHOWN),
     ("top_stalls", "top stalls (H200)", 0),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from gpu import stage_or_skip
 from kernels import compiled, launcher_defines, sass
 
 from deepgemm import ablation, stages
@@ -75,10 +76,8 @@ def test_every_ablation_variant_computes_the_product_at_tails(stage):
     epilogue rows) at a shape with tails in every dimension: the timings compare right answers."""
     from deepgemm.bench import Workload
     from deepgemm.check import verify
-    from deepgemm.operands import compute_capability
 
-    if stages.load(stage).MIN_CC == (9, 0) and compute_capability() != (9, 0):
-        pytest.skip(f"{stage} needs sm_90a")
+    stage_or_skip(stage)
     plain = Workload.make(300, 520, 260, "fp16", seed=5)
     fused = Workload.make(300, 520, 260, "fp16", seed=5, bias=True, activation=ablation.GELU_TANH)
     for variant in ablation.ABLATIONS[stage]:
@@ -123,14 +122,10 @@ def test_v5_storing_c_from_registers_runs_the_fused_epilogue_at_tails(dtype):
     """The ablation's pointer store with bias and GELU, at tails in every dimension, in both dtypes."""
     from deepgemm.bench import Workload
     from deepgemm.check import verify
-    from deepgemm.operands import compute_capability
 
-    if compute_capability() != (9, 0):
-        pytest.skip("v5 needs sm_90a")
+    v5 = stage_or_skip("v5_fused")
     work = Workload.make(300, 520, 260, dtype, seed=7, bias=True, activation=ablation.GELU_TANH)
     a, b = work.problems[0]
-    launch = stages.load("v5_fused").plan(
-        a, b, bias=work.bias, activation=ablation.GELU_TANH, config=GemmConfig(extra={"TMA_STORE": 0})
-    )
+    launch = v5.plan(a, b, bias=work.bias, activation=ablation.GELU_TANH, config=GemmConfig(extra={"TMA_STORE": 0}))
     stats = verify(launch, work.expected, launch.out)
     assert stats.passed, stats.summary()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu import stage_or_skip
 
-from deepgemm.stages import STAGES, load
+from deepgemm.stages import STAGES
 
 pytestmark = pytest.mark.gpu
 
@@ -16,15 +17,6 @@ SHAPES = sorted(
     | {(64, 128, s) for s in SIZES}
     | {(1, 1, 1), (3, 17, 129), (129, 1024, 17), (1024, 1024, 1024), (4096, 4096, 4096)}
 )
-
-
-def _stage_or_skip(stage: str):
-    from deepgemm.operands import compute_capability
-
-    launcher = load(stage)
-    if compute_capability() < launcher.MIN_CC or (launcher.MIN_CC == (9, 0) and compute_capability() != (9, 0)):
-        pytest.skip(f"{stage} needs compute capability {launcher.MIN_CC}")
-    return launcher
 
 
 def _check(launcher, a, b, **kwargs):
@@ -40,7 +32,7 @@ def test_stage_matches_reference(stage, dtype):
     from deepgemm.check import random_problem
     from deepgemm.dtypes import input_dtype
 
-    launcher = _stage_or_skip(stage)
+    launcher = stage_or_skip(stage)
     failures = []
     for i, (m, n, k) in enumerate(SHAPES):
         a, b = random_problem(m, n, k, input_dtype(dtype), seed=1000 + i)
@@ -56,7 +48,7 @@ def test_stage_takes_every_b_layout(stage):
     from deepgemm.check import random_problem
     from deepgemm.dtypes import FLOAT16
 
-    launcher = _stage_or_skip(stage)
+    launcher = stage_or_skip(stage)
     for m, n, k, k_major in ((200, 136, 96, False), (200, 136, 96, True), (77, 65, 45, True), (77, 65, 45, False)):
         a, b = random_problem(m, n, k, FLOAT16, seed=k + m, b_k_major=k_major)
         stats = _check(launcher, a, b)
@@ -70,7 +62,7 @@ def test_stage_writes_into_given_out_with_row_stride(stage):
     from deepgemm.check import error_stats, poison, random_problem, reference
     from deepgemm.dtypes import FLOAT16
 
-    launcher = _stage_or_skip(stage)
+    launcher = stage_or_skip(stage)
     a, b = random_problem(96, 80, 64, FLOAT16, seed=7)
     wide = cupy.zeros((96, 88), dtype=FLOAT16)
     out = wide[:, :80]
@@ -87,7 +79,7 @@ def test_stage_rejects_bad_input(stage):
 
     from deepgemm.dtypes import BFLOAT16, FLOAT16
 
-    launcher = _stage_or_skip(stage)
+    launcher = stage_or_skip(stage)
     a = cupy.ones((64, 32), dtype=FLOAT16)
     with pytest.raises(ValueError, match="b has 31 rows but a has K = 32 columns"):
         launcher.gemm(a, cupy.ones((31, 16), dtype=FLOAT16))
@@ -107,7 +99,7 @@ def test_torch_tensors_are_taken_without_copy():
     torch = pytest.importorskip("torch")
     from deepgemm.check import error_stats, reference
 
-    launcher = _stage_or_skip("v2_mma_sync")
+    launcher = stage_or_skip("v2_mma_sync")
     for dtype in (torch.float16, torch.bfloat16):
         a = torch.rand(130, 72, device="cuda", dtype=dtype) * 2 - 1
         b = (torch.rand(96, 72, device="cuda", dtype=dtype) * 2 - 1).T
@@ -148,7 +140,7 @@ def test_v5_fused_epilogue_matches_reference(activation, out_dtype):
     from deepgemm.check import random_problem, reference, verify
     from deepgemm.dtypes import BFLOAT16, OUTPUT_DTYPES
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     for i, (m, n, k) in enumerate(((129, 300, 136), (256, 512, 1024), (17, 3, 40))):
         a, b = random_problem(m, n, k, BFLOAT16, seed=50 + i)
         bias = cupy.random.default_rng(i).random(n, dtype=cupy.float32) * 2 - 1
@@ -164,7 +156,7 @@ def test_library_gemm_runs_v5_with_config_checks():
     from deepgemm.check import error_stats, random_problem, reference
     from deepgemm.dtypes import FLOAT16
 
-    _stage_or_skip("v5_fused")
+    stage_or_skip("v5_fused")
     a, b = random_problem(300, 200, 96, FLOAT16, seed=11, b_k_major=False)
     assert error_stats(deepgemm.gemm(a, b), reference(a, b)).passed
     with pytest.raises(ValueError, match="exceeds the GPU's shared memory per block"):
@@ -185,7 +177,7 @@ def test_v5_without_clusters_or_tile_groups_matches_reference():
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import BFLOAT16
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     for cluster_m, group_m, cluster_n in ((1, 16, 1), (2, 1, 1), (1, 1, 1), (2, 16, 2), (1, 16, 2)):
         config = GemmConfig(extra={"CLUSTER_M": cluster_m, "GROUP_M": group_m, "CLUSTER_N": cluster_n})
         for i, (m, n, k) in enumerate(((300, 520, 200), (1152, 768, 64), (4096, 4096, 4096))):
@@ -207,7 +199,7 @@ def test_v5_with_128_wide_tiles_matches_reference(dtype):
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import input_dtype
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     failures = []
     for cluster_m in (1, 2):
         config = GemmConfig(block_n=128, extra={"CLUSTER_M": cluster_m})
@@ -235,7 +227,7 @@ def test_v5_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import FLOAT32, input_dtype
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     failures = []
     for split, block_m in ((2, 128), (3, 128), (4, 128), (3, 64)):
         for cluster_m in (1, 2):
@@ -274,7 +266,7 @@ def test_v5_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
     from deepgemm.dtypes import input_dtype
     from deepgemm.heuristic import max_stages
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     failures = []
     for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (64, 128, 192, 256)):
         for cluster_m in (1, 2):
@@ -304,7 +296,7 @@ def test_v5_deep_split_k_the_heuristic_may_pick(dtype):
     from deepgemm.dtypes import input_dtype
     from deepgemm.heuristic import SPLITS, max_stages
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     failures = []
     for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (64, 128, 192, 256)):
         for split in (s for s in SPLITS if s not in (1, 3)):
@@ -325,7 +317,7 @@ def test_v5_refuses_an_mn_major_b_split_across_partial_boxes():
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import FLOAT16
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     a, b = random_problem(256, 512, 128, FLOAT16, seed=3, b_k_major=False)
     with pytest.raises(ValueError, match="MN-major B"):
         launcher.plan(a, b, config=GemmConfig(block_n=64, extra={"CLUSTER_M": 2}))
@@ -337,7 +329,7 @@ def test_library_call_on_cupy_returns_cupy():
     import deepgemm
     from deepgemm.check import random_problem, reference, verify
 
-    _stage_or_skip("v5_fused")
+    stage_or_skip("v5_fused")
     a, b = random_problem(300, 520, 200, cupy.float16, seed=3)
     assert isinstance(deepgemm.gemm(a, b), cupy.ndarray)
     out = cupy.empty((300, 520), dtype=cupy.float16)
@@ -356,7 +348,7 @@ def test_v5_swap_ab_every_tile_and_split_the_heuristic_may_pick(dtype):
     from deepgemm.dtypes import input_dtype
     from deepgemm.heuristic import SPLITS, max_stages
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     failures = []
     for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (16, 32)):
         stages = max_stages(block_n, block_m, swap_ab=True)
@@ -389,7 +381,7 @@ def test_v5_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_refuses_an_mn_maj
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import FLOAT32, input_dtype
 
-    launcher = _stage_or_skip("v5_fused")
+    launcher = stage_or_skip("v5_fused")
     a, b = random_problem(9, 700, 1000, input_dtype(dtype), seed=31)
     bias = cupy.random.default_rng(31).random(700, dtype=cupy.float32) * 2 - 1
     expected = reference(a, b, bias=bias, activation="gelu_tanh")

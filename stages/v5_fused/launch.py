@@ -46,16 +46,13 @@ DEFAULTS = GemmConfig(
 )
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 # What changes from call to call, by position and kind: the maps of A, B and C, the bias pointer and alpha
-# (M, N and K follow, fixed by the plan), and split-K's partials and counters.
+# (M, N and K follow, fixed by the plan), and split-K's partials and counters (`split_k_slots`).
 GEMM_SLOTS = {"a": (0, "map"), "b": (1, "map"), "out": (2, "map"), "bias": (3, "ptr"), "alpha": (4, "f32")}
-SPLIT_SLOTS = {**GEMM_SLOTS, "partials": (8, "ptr"), "counters": (9, "ptr")}
 # [8] Swapped, the kernel's A is b (its map re-pointed at b) and its B is a; C is a pointer, and its row
-# stride follows K, before split-K's partials and counters.
+# stride follows K.
 SWAP_SLOTS = {"b": (0, "map"), "a": (1, "map"), "out": (2, "ptr"), "bias": (3, "ptr"), "alpha": (4, "f32")}
-SWAP_SPLIT_SLOTS = {**SWAP_SLOTS, "partials": (9, "ptr"), "counters": (10, "ptr")}
-# [4] off (TMA_STORE 0, the ablation): C is a pointer and its row stride, as when swapped.
+# [4] off (TMA_STORE 0, the ablation): C is a pointer and its row stride follows K, as when swapped.
 POINTER_SLOTS = {**GEMM_SLOTS, "out": (2, "ptr")}
-POINTER_SPLIT_SLOTS = {**POINTER_SLOTS, "partials": (9, "ptr"), "counters": (10, "ptr")}
 SWAP_BLOCK_N = (16, 32)  # [8] C's rows as wgmma's N
 STRIP_ROWS = 16  # rows of C per consumer warp: one split-K counter each
 
@@ -152,14 +149,18 @@ def plan_problem(
         units_per_tile=split,
     )
     launch.scratch = scratch
-    if swap:  # the call's a and b are the kernel's B and A: so are their slots and copies
-        launch.slots = SWAP_SPLIT_SLOTS if split > 1 else SWAP_SLOTS
+    by_pointer = swap or cfg.value("TMA_STORE") == 0
+    slots = SWAP_SLOTS if swap else POINTER_SLOTS if by_pointer else GEMM_SLOTS
+    launch.slots = {**slots, **split_k_slots(by_pointer)} if split > 1 else slots
+    if swap:  # the call's a and b are the kernel's B and A: so are their copies
         launch.staged = {{"a": "b", "b": "a"}.get(name, name): shape for name, shape in launch.staged.items()}
-    elif cfg.value("TMA_STORE") == 0:
-        launch.slots = POINTER_SPLIT_SLOTS if split > 1 else POINTER_SLOTS
-    else:
-        launch.slots = SPLIT_SLOTS if split > 1 else GEMM_SLOTS
     return launch
+
+
+def split_k_slots(c_by_pointer: bool) -> dict[str, tuple[int, str]]:
+    """[6] Where split-K's partials and counters sit: after M, N and K, and C's row stride where C is a pointer."""
+    first = 9 if c_by_pointer else 8
+    return {"partials": (first, "ptr"), "counters": (first + 1, "ptr")}
 
 
 def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
