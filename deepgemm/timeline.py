@@ -18,7 +18,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from deepgemm import jit, stages
+from deepgemm import jit, results, stages
 from deepgemm.check import random_problem, reference, verify
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
@@ -147,6 +147,16 @@ def ring_line(rows: Iterable[Row], cta: int = 0) -> str:
         f"ring of CTA {cta}: first load taken {ring['first_issued']:,} cycles after its issue; loads taken a "
         f"median {ring['median_issued']:,.0f} after theirs; a stage in use a median {ring['median_in_use']:,.0f}"
     )
+
+
+def report(recorded: Sequence[Row], live: Sequence[Row] = ()) -> str:
+    """CTA 0's ring (`ring_line`) and roles (`summary`) in the recorded run, then in this GPU's where there is
+    one: what the CLI and the notebooks print."""
+    lines = []
+    for label, run in (("Recorded:", recorded), ("This GPU:", live)):
+        if run:
+            lines += [f"{label} {ring_line(run)}", results.format_table(summary(run), SUMMARY_COLUMNS)]
+    return "\n".join(lines)
 
 
 def _median(spans: Iterable[Row], kind: str) -> float | None:

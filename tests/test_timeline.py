@@ -70,6 +70,8 @@ def test_stamps_decode_into_spans_per_role_and_per_stage():
     assert summary["consumer 0"]["median_waiting"] == (99 + 9) / 2 and summary["consumer 0"]["median_working"] == 60
     assert timeline.ring_summary(rows) == {"first_issued": 90, "median_issued": (90 + 150) / 2, "median_in_use": 67.5}
     assert "first load taken 90 cycles" in timeline.ring_line(rows)
+    text = timeline.report(rows, rows).splitlines()
+    assert text[0].startswith("Recorded: ring of CTA 0") and sum(line.startswith("This GPU:") for line in text) == 1
 
 
 def test_the_figure_has_a_lane_per_role_and_per_stage():
