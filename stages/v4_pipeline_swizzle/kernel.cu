@@ -58,7 +58,7 @@ __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __float
 #define GROUP_M 8      // tile rows per group in the launch order (L2 reuse); <= 1: plain row-major
 #endif
 #ifndef TIMELINE
-#define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for deepgemm/timeline.py
+#define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for tutorial/timeline.py
 #endif
 
 constexpr int NUM_THREADS = 384;  // warpgroup 0 produces, warpgroups 1 and 2 consume
@@ -262,7 +262,7 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The pipeline over time, for deepgemm/timeline.py. With TIMELINE 1 the first TIMELINE_CTAS CTAs stamp
+// The pipeline over time, for tutorial/timeline.py. With TIMELINE 1 the first TIMELINE_CTAS CTAs stamp
 // the SM's clock (clock64) where a role starts to wait, goes on, hands a stage over and starts its
 // epilogue: the producer thread, and thread 0 of each consumer warpgroup. A stamp packs the event, the
 // stage and the clock's low 48 bits into 64 bits. With TIMELINE 0, as shipped, nothing of it is compiled.

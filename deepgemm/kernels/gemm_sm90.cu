@@ -1,0 +1,880 @@
+// The library's kernel: what deepgemm.gemm runs on sm_90a (deepgemm/plan.py plans it). It is v5_fused, the
+// tutorial's last stage ([1] persistent tiles, [2] clusters with TMA multicast, [3] one wgmma batch in
+// flight, [4] the fused epilogue with TMA stores), grown for the shapes models run, each addition a block
+// marked [5] to [9]; `python -m tutorial diff library` shows them against stages/v5_fused/kernel.cu:
+//   [5] either operand in either layout (A_MN_MAJOR, B_MN_MAJOR): an operand stored with M (or N)
+//       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
+//       transpose bit tells the tensor cores it is MN-major; no copy on the host.
+//   [6] split-K (SPLIT_K > 1), for problems with too few tiles to fill the GPU: every tile is computed
+//       once per slice of K; each warp writes its slice's fp32 partial and counts itself in, and the
+//       warp that arrives last adds all slices in index order and runs the epilogue: one kernel, and a
+//       result that is the same from run to run whichever slice finished last.
+//   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N 64, 128, 192
+//       or 256 (wgmma m64nNk16), with the pipeline depth, cluster and split-K the library call picks per
+//       problem (an autotune table, else a cost model); any output type (OUT_DTYPE) and four activations.
+//   [8] swap AB (SWAP_AB 1), for a few rows of C: the plan passes b's (N, K) as A and a's (M, K) as B, so
+//       the kernel computes C^T and M becomes wgmma's N (BLOCK_N 16 or 32 instead of 64 padded rows);
+//       the epilogue writes each value to C transposed, straight from registers.
+//   [9] clusters along N too (CLUSTER_N 2): CTAs on neighbouring tile columns share A, each loading a part.
+// v5's ablation switches (WGMMA_IN_FLIGHT, TMA_STORE) and its timeline stamps are not here.
+// Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#ifndef DTYPE_BF16
+#define DTYPE_BF16 0
+#endif
+
+#if DTYPE_BF16
+typedef __nv_bfloat16 elem_t;
+#define WGMMA_AB_TYPE "bf16"
+#else
+typedef __half elem_t;
+#define WGMMA_AB_TYPE "f16"
+#endif
+
+#ifndef OUT_DTYPE
+#define OUT_DTYPE DTYPE_BF16  // 0 fp16, 1 bf16, 2 fp32; by default the input's type
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0            // 1: add bias[col] (N floats) before the activation
+#endif
+#ifndef ACTIVATION
+#define ACTIVATION 0          // 0 none, 1 relu, 2 gelu (tanh approximation), 3 gelu (erf), 4 silu
+#endif
+
+#if OUT_DTYPE == 2
+typedef float out_t;
+typedef float2 out2_t;
+__device__ __forceinline__ out2_t to_out2(float lo, float hi) { return make_float2(lo, hi); }
+#elif OUT_DTYPE == 1
+typedef __nv_bfloat16 out_t;
+typedef __nv_bfloat162 out2_t;
+__device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+#else
+typedef __half out_t;
+typedef __half2 out2_t;
+__device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+#endif
+
+#if OUT_DTYPE != 2
+// Two 16-bit outputs as the 32-bit register stmatrix takes.
+__device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
+    const out2_t v = to_out2(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+#endif
+
+#ifndef BLOCK_M
+#define BLOCK_M 128    // consumer warpgroups x the 64 rows of one wgmma m64; [7] 64 or 128
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 256    // the N of wgmma m64nNk16: N / 2 fp32 accumulators per consumer thread; [7] 64 to 256
+#endif
+#ifndef BLOCK_K
+#define BLOCK_K 64     // 64 fp16 = 128 bytes: exactly one 128B-swizzle row; 4 wgmma k16 steps
+#endif
+#ifndef BOX_K
+#define BOX_K 64       // the whole k-tile in one box per operand (128 bytes, the 128B swizzle span)
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 4   // 4 x 48 KB = 192 KB of the 227 KB a CTA may use: deep enough to hide HBM latency
+#endif
+#ifndef GROUP_M
+#define GROUP_M 16     // tile rows per group in the launch order (L2 reuse); <= 1: plain row-major
+#endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 2    // CTAs per cluster, on neighbouring tile rows: they share B, each loading 1/CLUSTER_M
+#endif
+#ifndef A_MN_MAJOR
+#define A_MN_MAJOR 0   // [5] 1: A is stored K x M with M contiguous (the transposed view of a row-major (K, M))
+#endif
+#ifndef B_MN_MAJOR
+#define B_MN_MAJOR 0   // [5] 1: B is stored K x N with N contiguous (a row-major (K, N)); 0: N x K, K contiguous
+#endif
+#ifndef SPLIT_K
+#define SPLIT_K 1      // [6] slices of K per tile; > 1 adds fp32 partials through global memory
+#endif
+#ifndef SWAP_AB
+#define SWAP_AB 0      // [8] 1: A is b's (N, K), B is a's (M, K); C^T is computed and stored transposed
+#endif
+#ifndef CLUSTER_N
+#define CLUSTER_N 1    // [9] CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
+#endif
+#define C_BY_POINTER SWAP_AB  // no map of C: [8] none describes C transposed
+constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
+constexpr int NUM_CONSUMERS = BLOCK_M / WG_ROWS;    // consumer warpgroups; each releases a stage once per warp
+constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces, warpgroups 1 (and 2) consume
+constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
+constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
+constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
+constexpr int CLUSTER_SIZE = CLUSTER_M * CLUSTER_N;       // rank r: tile row r % CLUSTER_M, column r / CLUSTER_M
+constexpr int A_BOX_ROWS = BLOCK_M / CLUSTER_N;           // the rows of A one CTA loads and multicasts
+constexpr int A_BOX_BYTES = A_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
+constexpr int B_BOX_ROWS = BLOCK_N / CLUSTER_M;           // the rows of B one CTA loads and multicasts
+constexpr int B_BOX_BYTES = B_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
+constexpr int GROUP_ROWS = GROUP_M / CLUSTER_M;           // the tile order walks cluster rows
+constexpr int SWIZZLE_ROW_BYTES = 128;                    // one tile row = one 128B-swizzle row
+// [5] An MN-major operand arrives in boxes of 64 (M or N) x 64 (K): 64 rows of K, each 128 bytes of M or N,
+// 8 KB, the same bytes per 64 rows of the tile as the K-major box, so every offset into a tile is unchanged.
+constexpr int MN_BOX_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(elem_t);  // 64 elements of M or N per box
+constexpr int MN_BOX_BYTES = BLOCK_K * SWIZZLE_ROW_BYTES;              // 8 KB
+// A k16 step of the descriptor's start address, in its 16-byte units: 32 bytes along a K-major row, or
+// 16 rows of 128 bytes down an MN-major box.
+constexpr int K_MAJOR_STEP = 16 * (int)sizeof(elem_t) / 16, MN_MAJOR_STEP = 16 * SWIZZLE_ROW_BYTES / 16;
+constexpr int A_K_STEP = A_MN_MAJOR ? MN_MAJOR_STEP : K_MAJOR_STEP;
+constexpr int B_K_STEP = B_MN_MAJOR ? MN_MAJOR_STEP : K_MAJOR_STEP;
+constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
+constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
+// Epilogue staging: each consumer warp owns 16 rows of C and stores them as boxes of 16 rows x 128 bytes
+// of columns (64 fp16/bf16 or 32 fp32), the 128B swizzle span, through two buffers of its own: it fills
+// one while the TMA unit is still reading the other. In the 128B-swizzled layout the 8 rows that one
+// fragment store touches land in 8 different 16-byte bank groups, so the stores are conflict-free.
+constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
+constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
+constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
+constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
+constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
+
+static_assert(BLOCK_M == 64 || BLOCK_M == 128, "[7] one or two consumer warpgroups of 64 rows");
+static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 CTAs per side");
+static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
+static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
+static_assert((BLOCK_N % 64 == 0 || (SWAP_AB && (BLOCK_N == 16 || BLOCK_N == 32))) && BLOCK_N <= 256,
+              "[7] wgmma m64nNk16, N = BLOCK_N, in whole 64-column store chunks; [8] 16 or 32 rows of C when swapped");
+static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
+              "one 128-byte swizzled box per operand per k-tile");
+static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
+              "every tile starts on a 1024-byte boundary, where the 8-row swizzle pattern restarts");
+static_assert((227 * 1024) / 16 < (1 << 14),
+              "any shared-memory address fits the descriptor's 14-bit start field, so offsets added to it never carry");
+// Dynamic shared memory: the stages, then the store boxes, from a 1024-byte boundary (where the swizzle
+// pattern starts; the allocation itself is only 16-byte aligned, hence the slack).
+constexpr int ALIGN_SLACK_BYTES = 1024;
+constexpr int DYNAMIC_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + EPI_BYTES + ALIGN_SLACK_BYTES;
+static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
+              "a CTA may use 227 KB of shared memory: stages, store boxes, alignment slack, barriers");
+
+// The launch facts the plan reads back from the compiled module, so they are written only here.
+extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
+extern "C" __device__ const int LAUNCH_SMEM_BYTES = DYNAMIC_SMEM_BYTES;
+extern "C" __device__ const int LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : EPI_ROWS;  // the box of C's map: rows ([8] 0: C by pointer) ...
+extern "C" __device__ const int LAUNCH_STORE_COLS = EPI_CHUNK_COLS;   // ... and columns
+
+// The plan's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
+// parameter so that TMA can read it from the kernel's parameter space.
+struct __align__(64) TmaDesc { unsigned long long data[16]; };
+
+// ---------------------------------------------------------------------------------------------------
+// PTX helpers. Shared-memory operands are 32-bit shared-window addresses.
+// ---------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrive_count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(arrive_count) : "memory");
+}
+
+// Makes the initialised barriers visible to the async proxy (the TMA unit completes transactions on
+// them), not only to the threads that pass the next __syncthreads.
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One arrival plus the number of bytes the TMA copies of this phase will deliver; the phase completes
+// when all arrivals are in and all those bytes have landed.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// A plain arrival (release semantics: this thread's earlier accesses happen before the phase completes).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+
+// Waits until the phase with the given parity has completed. Without a time hint, try_wait gives up after
+// a short, system-dependent time and the loop spins, issuing instructions for nothing; with one, the
+// thread sleeps (NANOSLEEP.SYNCS in SASS) until the barrier changes or the hint's time has passed. On a
+// card held at its power limit, every instruction issued is clock taken from the tensor cores.
+constexpr unsigned WAIT_SUSPEND_HINT_NS = 10000000;  // an upper bound only: the phase change wakes the thread
+__device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
+    } while (!done);
+}
+
+// A box of the tensor map at element coordinates (k, row) -> shared memory at dst; completes on bar.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)
+        : "memory");
+}
+
+// As tma_load_2d, but the box lands at the same shared-memory offset in every CTA of the cluster named
+// in cta_mask, and completes on the barrier at bar's offset in each of them: one L2 read, several SMs.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row,
+                                                      unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+
+// [5] One CTA's part of an operand's k-tile: ROWS rows of M (or N) from tile row `row`, K from `k`, into
+// dst, multicast to the CTAs in cta_mask when MULTICAST. K-major, that is one box of ROWS x 64; MN-major,
+// ROWS / 64 boxes of 64 x 64 side by side, each at (m or n, k): a map's coordinates run contiguous first.
+template <bool MN_MAJOR, int ROWS, bool MULTICAST>
+__device__ __forceinline__ void tma_load_operand(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row,
+                                                 unsigned short cta_mask) {
+    static_assert(!MN_MAJOR || ROWS % MN_BOX_COLS == 0, "an MN-major part is whole 64-wide boxes");
+    if constexpr (!MN_MAJOR) {
+        if constexpr (MULTICAST) tma_load_2d_multicast(dst, map, bar, k, row, cta_mask);
+        else tma_load_2d(dst, map, bar, k, row);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / MN_BOX_COLS; ++i) {
+            const unsigned box = dst + i * MN_BOX_BYTES;
+            if constexpr (MULTICAST) tma_load_2d_multicast(box, map, bar, row + i * MN_BOX_COLS, k, cta_mask);
+            else tma_load_2d(box, map, bar, row + i * MN_BOX_COLS, k);
+        }
+    }
+}
+
+// atomicAdd with acquire-release semantics at GPU scope: this thread's earlier writes (and those its warp
+// ordered before it with __syncwarp) are visible to whoever reads the new count, and what was written
+// before the counts it reads is visible to this thread afterwards. Returns the old count.
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* counter, unsigned value) {
+    unsigned old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
+    return old;
+}
+
+// The address of the same shared-memory variable in CTA `rank` of this cluster.
+__device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank) {
+    unsigned out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+    return out;
+}
+
+// An arrival on a barrier in any CTA of the cluster (address from mapa_shared). The default .cta-scope
+// release suffices: what it orders is this warp's finished wgmma reads of its own shared memory before
+// the TMA write that the arrival allows; an explicit .release.cluster costs a MEMBAR.ALL.GPU per arrival.
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_bar) : "memory");
+}
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every CTA in the cluster: arrive and wait (the cluster's __syncthreads).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// A box of shared memory at src -> the tensor map at element coordinates (col, row). The parts of the box
+// outside the tensor's bounds are not written. Tracked per thread as a bulk async-group.
+__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, unsigned src, int col, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+        :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(src)
+        : "memory");
+}
+
+// Closes this thread's bulk stores issued since the last commit into one group.
+__device__ __forceinline__ void bulk_commit_group() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until at most N of this thread's bulk groups are still reading their shared-memory source: the
+// older boxes may then be overwritten (their global writes may still be in flight).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// Waits until at most N of this thread's bulk groups are still running at all (writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Ordinary stores to shared memory are made visible to the async proxy (the TMA unit) that reads them next.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Four 8x8 matrices of 16-bit elements, from the mma fragment layout to shared memory in one instruction:
+// register i holds row lane/4, columns 2(lane%4) and 2(lane%4)+1 of matrix i; lane l gives the address
+// of row l%8 of matrix l/8 (16 contiguous bytes). Replaces four 4-byte shared stores per thread.
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Two adjacent fp32 values to shared memory (8 bytes).
+__device__ __forceinline__ void st_shared_v2_f32(unsigned addr, float lo, float hi) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(lo), "f"(hi) : "memory");
+}
+
+// wgmma shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"):
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading dimension byte offset (LBO) >> 4
+//   bits 32-45  stride dimension byte offset (SBO) >> 4
+//   bits 49-51  base offset (0: every tile starts 1024-aligned, where the swizzle pattern starts)
+//   bits 62-63  layout type: 1 = 128-byte swizzle
+// For a K-major swizzled operand whose k16 slice (32 bytes) lies inside one 128-byte row, LBO is not
+// used; SBO is the distance between 8-row groups of core matrices along M (or N).
+__device__ __forceinline__ unsigned long long make_smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return  (unsigned long long)((addr >> 4) & 0x3FFF)
+         | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
+         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32)
+         | (1ull << 62);
+}
+
+// Orders this thread's earlier register and shared-memory accesses before the wgmma that follow:
+// needed before the first wgmma of a batch and after anything else touched the accumulators.
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// Closes the batch of wgmma issued since the last commit into one group that can be waited on.
+__device__ __forceinline__ void wgmma_commit_group() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Waits until at most N committed groups are still running: before reading the accumulators or
+// letting TMA overwrite the shared memory the wgmma read.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// Compiler-only: the wgmma write the accumulators asynchronously, which the compiler cannot see, so
+// after a wait we mark every accumulator as read and written here; no use of acc moves above the wait.
+template <int N>
+__device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
+}
+
+// wgmma's accumulator operands: "+f" constraints for d[i] .. d[i + 31], and their asm names %0 .. %127
+// in blocks of 32 (one block per 64 columns of N).
+#define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                    "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WGMMA_D32(i) WGMMA_D8(i), WGMMA_D8(i + 8), WGMMA_D8(i + 16), WGMMA_D8(i + 24)
+#define WGMMA_REGS_0_7 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define WGMMA_REGS_8_15 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define WGMMA_REGS_0_31 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WGMMA_REGS_32_63 \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WGMMA_REGS_64_95 \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WGMMA_REGS_96_127 \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// One wgmma of shape m64nNk16: the N / 2 accumulators, then the descriptors, scale-d and the transpose
+// bits, numbered on from the accumulators (%N/2 is desc_a).
+#define WGMMA_ASM(SHAPE, REGS, A, B, D, TA, TB)                                                          \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %" D ", 0;\n"                                                   \
+    "wgmma.mma_async.sync.aligned." SHAPE ".f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "                   \
+    "{" REGS "}, %" A ", %" B ", p, 1, 1, %" TA ", %" TB ";\n}\n"
+
+// D(64xN, fp32) += A(64x16) * B(16xN), A and B read from shared memory through their descriptors,
+// imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0. [5] TRANS_A / TRANS_B are imm-trans-a / -b:
+// 0 for a K-major operand, 1 for an MN-major one (allowed for 16-bit types only).
+// Accumulator fragment, thread t of the warpgroup, warp w = t / 32, lane l = t % 32, j = 0 .. N/8 - 1:
+//   d[4j+0] = D(16w + l/4,     8j + 2(l%4))     d[4j+1] = D(16w + l/4,     8j + 2(l%4) + 1)
+//   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
+// So a narrower N's fragment is the first part of a wider one's: the epilogue indexes them alike.
+// [7] N is BLOCK_N: 64, 128, 192 or 256 (wgmma allows any multiple of 8 up to 256; the epilogue stores
+// 64-column chunks); [8] 16 or 32 when swapped (the epilogue stores single values).
+template <int N, int TRANS_A = 0, int TRANS_B = 0>
+__device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
+                  "the instruction shapes this kernel issues");
+    if constexpr (N == 256) {
+        asm volatile(WGMMA_ASM("m64n256k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95
+                               ", " WGMMA_REGS_96_127, "128", "129", "130", "131", "132")
+                     : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64), WGMMA_D32(96)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 192) {
+        asm volatile(WGMMA_ASM("m64n192k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95,
+                               "96", "97", "98", "99", "100")
+                     : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 128) {
+        asm volatile(WGMMA_ASM("m64n128k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63, "64", "65", "66", "67", "68")
+                     : WGMMA_D32(0), WGMMA_D32(32)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 64) {
+        asm volatile(WGMMA_ASM("m64n64k16", WGMMA_REGS_0_31, "32", "33", "34", "35", "36")
+                     : WGMMA_D32(0)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else if constexpr (N == 32) {  // [8]
+        asm volatile(WGMMA_ASM("m64n32k16", WGMMA_REGS_0_7 ", " WGMMA_REGS_8_15, "16", "17", "18", "19", "20")
+                     : WGMMA_D8(0), WGMMA_D8(8)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    } else {  // [8] N == 16
+        asm volatile(WGMMA_ASM("m64n16k16", WGMMA_REGS_0_7, "8", "9", "10", "11", "12")
+                     : WGMMA_D8(0)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    }
+}
+
+// Gives this warpgroup's spare registers back to the CTA's pool (all 4 warps execute it).
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(REGS));
+}
+
+// Takes registers from the pool; waits until the producer warpgroup has released enough.
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(REGS));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Tile order. A cluster takes CLUSTER_M x CLUSTER_N tiles at a time (a "cluster tile"); the
+// clusters' i-th cluster tiles are consecutive indices, so those run together. Walking GROUP_M tile
+// rows (GROUP_ROWS cluster rows) column by column makes those CTAs share GROUP_M A row-blocks and a few
+// B column-blocks, which then stay in L2, instead of streaming all of B once per tile row.
+// ---------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+    if (GROUP_ROWS > 1) {
+        const int group_tiles = GROUP_ROWS * tiles_n;
+        const int first_m = (tile_idx / group_tiles) * GROUP_ROWS;
+        const int group_rows = min(tiles_m - first_m, GROUP_ROWS);  // the last group may be short
+        tile_m = first_m + (tile_idx % group_tiles) % group_rows;
+        tile_n = (tile_idx % group_tiles) / group_rows;
+    } else {
+        tile_m = tile_idx / tiles_n;
+        tile_n = tile_idx % tiles_n;
+    }
+}
+
+// [6] A work unit: cluster tile `tile`, its k-tiles [k_begin, k_end) and the slice of K they are. Unit u
+// is slice u / num_tiles of cluster tile u % num_tiles; the slices split k_tiles as evenly as integers
+// allow, none empty while k_tiles >= SPLIT_K (the plan's check). Without split-K a unit is a tile.
+struct WorkUnit { int tile, k_begin, k_end, slice; };
+__device__ __forceinline__ WorkUnit work_unit(int u, int num_tiles, int k_tiles) {
+#if SPLIT_K > 1
+    const int slice = u / num_tiles;
+    return {u % num_tiles, slice * k_tiles / SPLIT_K, (slice + 1) * k_tiles / SPLIT_K, slice};
+#else
+    return {u, 0, k_tiles, 0};
+#endif
+}
+
+// [2] Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
+// every CTA whose producer writes into this one: the CTAs of this tile column (their parts of B) and of
+// this tile row (their parts of A), this CTA once. empty_bar0[i] is the address of empty_bar[0] in the
+// i-th of them (mapa_shared, once); the barriers are 8 bytes apart there as here.
+constexpr int SENDERS = CLUSTER_M + CLUSTER_N - 1;
+__device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDERS], int stage) {
+#if CLUSTER_M * CLUSTER_N > 1
+#pragma unroll
+    for (int i = 0; i < SENDERS; ++i) mbarrier_arrive_cluster(empty_bar0[i] + stage * 8);
+#else
+    mbarrier_arrive(empty_bar0[0] + stage * 8);
+#endif
+}
+
+// [6] Split-K without a second kernel. A consumer warp owns a strip of 16 rows of its tile; per slice
+// it writes the strip's fp32 partial to `partials` in the accumulator fragment's own order (pair p of
+// lane l at float2 index p * 32 + l, so each store instruction covers 256 contiguous bytes), skipping rows
+// past M, then counts itself in on the strip's counter. The warp that counts SPLIT_K has every partial
+// in global memory: it adds them in slice order, its own read back like the others, so the sum rounds
+// the same way whichever slice finished last, and returns true to run the epilogue. It also puts the
+// counter back to 0 for the next launch. The other warps return false and go on to their next unit:
+// nobody waits. `rows` is how many of the strip's rows are inside C.
+template <int N_ACC>
+__device__ __forceinline__ bool splitk_sum_if_last(float (&acc)[N_ACC], float* partials, unsigned* counters,
+                                                   int strip, int num_strips, int slice, int rows,
+                                                   int lane) {
+    constexpr int PAIRS = N_ACC / 2;  // pair p is row lane/4 (p even) or lane/4 + 8 (p odd) of the strip
+    const bool row_lo = lane / 4 < rows, row_hi = lane / 4 + 8 < rows;
+    float2* const slice0 = reinterpret_cast<float2*>(partials) + ((long long)strip * PAIRS * 32 + lane);
+    const long long slice_stride = (long long)num_strips * PAIRS * 32;
+    float2* const mine = slice0 + slice * slice_stride;
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p)
+        if (p % 2 ? row_hi : row_lo) __stcg(mine + p * 32, make_float2(acc[2 * p], acc[2 * p + 1]));
+    __syncwarp();  // every lane's partial is written before lane 0 releases it with the count
+    unsigned arrived = 0;
+    if (lane == 0) arrived = atom_add_acq_rel_gpu(counters + strip, 1u);
+    if (__shfl_sync(0xffffffffu, arrived, 0) != SPLIT_K - 1) return false;
+    __syncwarp();  // lane 0's acquire before every lane's reads of the other slices
+    if (lane == 0) counters[strip] = 0u;
+#pragma unroll
+    for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;
+#pragma unroll 1
+    for (int s = 0; s < SPLIT_K; ++s) {
+        const float2* const part = slice0 + s * slice_stride;
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) {
+            if (p % 2 ? row_hi : row_lo) {
+                const float2 v = __ldcg(part + p * 32);  // from L2: this SM's L1 may hold nothing valid
+                acc[2 * p] += v.x;
+                acc[2 * p + 1] += v.y;
+            }
+        }
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
+// ---------------------------------------------------------------------------------------------------
+
+// GELU (tanh form) and SiLU are both 0.5 x (1 + tanh(v)): v = sqrt(2/pi) (x + 0.044715 x^3) for GELU,
+// v = x / 2 for SiLU. The special-function unit does 16 operations per clock per SM, an eighth of the FMA
+// rate, so at one per element it sets the epilogue's pace: 32,768 elements per 128 x 256 tile take 2,048
+// clocks per special function. A 16-bit output takes tanh.approx (one MUFU.TANH, relative error about
+// 2^-11): in the negative tail, where 1 + tanh(v) cancels, its error is at most 2^-12 |x|, below what
+// rounding the GEMM's result to the output type before a separate activation kernel would cost (the
+// bound deepgemm/check.py applies). An fp32 output keeps the accurate form x / (1 + exp(-2v)) with expf
+// and IEEE division, longer instruction sequences that then cost more time in the epilogue.
+#if OUT_DTYPE != 2
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+// 0.5 x (1 + tanh(v)), or x * sigmoid(2v) written as x / (1 + exp(-2v)) for an fp32 output.
+__device__ __forceinline__ float x_half_one_plus_tanh(float x, float v) {
+#if OUT_DTYPE == 2
+    return x / (1.0f + expf(-2.0f * v));  // exp = inf (very negative x) gives -0
+#else
+    const float h = 0.5f * x;
+    return fmaf(h, tanh_approx(v), h);
+#endif
+}
+
+__device__ __forceinline__ float activation(float x) {
+#if ACTIVATION == 1
+    return fmaxf(x, 0.0f);
+#elif ACTIVATION == 2
+    return x_half_one_plus_tanh(x, 0.7978845608028654f * fmaf(0.044715f * x, x * x, x));  // GELU, tanh form
+#elif ACTIVATION == 3
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));  // GELU, erf form: x * Phi(x)
+#elif ACTIVATION == 4
+    return x_half_one_plus_tanh(x, 0.5f * x);  // SiLU: x * sigmoid(x)
+#else
+    return x;
+#endif
+}
+
+// alpha * acc + bias, activated, in fp32; one rounding to out_t happens when the pair is packed.
+__device__ __forceinline__ float epilogue_value(float acc, float alpha, float bias) {
+    return activation(fmaf(alpha, acc, bias));
+}
+
+// [8] One value to global memory, rounded once to out_t.
+__device__ __forceinline__ void store_out(out_t* dst, float v) {
+#if OUT_DTYPE == 2
+    *dst = v;
+#elif OUT_DTYPE == 1
+    *dst = __float2bfloat16_rn(v);
+#else
+    *dst = __float2half_rn(v);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
+// there are cluster tiles or as fit on the GPU at once (the plan asks the driver), each with
+// LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
+// bias may be nullptr when HAS_BIAS is 0. [6] With SPLIT_K > 1, partials holds SPLIT_K x (every CTA tile's
+// BLOCK_M x BLOCK_N) floats and counters one zero per 16-row strip of every CTA tile (the kernel leaves
+// them zero again); both may be nullptr otherwise.
+// ---------------------------------------------------------------------------------------------------
+
+#if C_BY_POINTER
+// [8] The plan passes the swapped problem: M is C's columns, N its rows; C comes as a pointer (row stride
+// ldc) to store C^T into, since no tensor map describes C transposed.
+extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
+gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b, out_t* __restrict__ c_out,
+            const float* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters)
+#else
+extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
+gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
+            const __grid_constant__ TmaDesc tma_c,
+            const float* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters)
+#endif
+{
+    // ---- prologue -----------------------------------------------------------------------------------
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long full_bar[NUM_STAGES];
+    __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];
+
+    const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
+    const int tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
+    // [2] Cluster tiles: CLUSTER_M tiles stacked along M. When tiles_m is odd, the second CTA of the last
+    // cluster row has no rows of C: TMA gives it zeros for A and clips its stores, and it still loads its
+    // half of B for its partner.
+    const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
+    const int cluster_cols = (tiles_n + CLUSTER_N - 1) / CLUSTER_N;
+    const int num_tiles = cluster_rows * cluster_cols;
+    // [1] Persistent tiles: cluster c takes cluster tiles c, c + num_clusters, c + 2 num_clusters ...
+    const int cluster_id = blockIdx.x / CLUSTER_SIZE, num_clusters = gridDim.x / CLUSTER_SIZE;
+    const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
+    const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
+    const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
+    const int warpgroup = threadIdx.x / 128;
+
+    // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
+    // tile at r * 128 bytes with its eight 16-byte chunks permuted (chunk c lands at c ^ (r % 8)). The
+    // epilogue's store boxes follow the stages, each 2 KB and so 1024-aligned as the swizzle requires.
+    const unsigned smem_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned epi_base = smem_base + NUM_STAGES * STAGE_BYTES;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NUM_STAGES; ++s) {
+            // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
+            mbarrier_init(smem_addr(&full_bar[s]), 1);
+            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * SENDERS);
+        }
+        fence_mbarrier_init();
+    }
+    // Barriers initialised before anyone waits on them or, from the other CTA, arrives or multicasts.
+#if CLUSTER_M * CLUSTER_N > 1
+    cluster_sync();
+#else
+    __syncthreads();
+#endif
+
+    // [1] Both roles walk the same tiles and the same k-tiles, so their stage/phase counters stay in step
+    // across tiles without ever being reset.
+    int stage = 0;
+    unsigned phase = 0;
+
+    if (warpgroup == 0) {
+        // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
+        setmaxnreg_dec<PRODUCER_REGS>();
+        // The cluster ranks of this CTA's tile row (they share its A) and tile column (its B), as bits.
+        const unsigned short row_mask = ((1u << CLUSTER_SIZE) - 1) / ((1u << CLUSTER_M) - 1) << rank_m;
+        const unsigned short column_mask = ((1u << CLUSTER_M) - 1) << (CLUSTER_M * rank_n);
+        if (threadIdx.x == 0) {
+            for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
+                const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
+                int cluster_m, cluster_n;
+                grouped_tile(unit.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
+                const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
+                for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
+                    // Wait until the consumers of every CTA in the cluster (this producer's part of B
+                    // lands in all of them) have released this stage's previous contents. On the
+                    // first pass the wait is for parity 1, the phase "before" a fresh barrier, which
+                    // counts as complete: the producer fills all stages without waiting.
+                    mbarrier_wait_parity(smem_addr(&empty_bar[stage]), phase ^ 1);
+                    const unsigned bar = smem_addr(&full_bar[stage]);
+                    const unsigned a_dst = smem_base + stage * STAGE_BYTES;
+                    const unsigned b_dst = a_dst + A_TILE_BYTES;
+                    // [2] This CTA's 1/CLUSTER_N of the A tile, sent to the CTAs of its tile row, and its
+                    // 1/CLUSTER_M of the B tile, sent to the CTAs of its tile column; the others send the
+                    // rest. The full barrier waits for all of it (48 KB in fp16), zero-filled past M, N or K
+                    // and counted in full either way.
+                    mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+                    tma_load_operand<A_MN_MAJOR, A_BOX_ROWS, (CLUSTER_N > 1)>(
+                        a_dst + rank_n * A_BOX_BYTES, &tma_a, bar, k_tile * BLOCK_K,
+                        tile_m * BLOCK_M + rank_n * A_BOX_ROWS, row_mask);
+                    tma_load_operand<B_MN_MAJOR, B_BOX_ROWS, (CLUSTER_M > 1)>(
+                        b_dst + rank_m * B_BOX_BYTES, &tma_b, bar, k_tile * BLOCK_K,
+                        tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);
+                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
+                }
+            }
+        }
+    } else {
+        // ---- consumers: wait for a stage, multiply, release it; then the fused epilogue -------------
+        setmaxnreg_inc<CONSUMER_REGS>();
+        // Read from lane 0, the warpgroup index is provably the same in every lane, so the compiler keeps
+        // what is derived from it (the descriptors below) in uniform registers.
+        const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
+        const int warp = (threadIdx.x % 128) / 32;
+        const int lane = threadIdx.x % 32;
+        // This warp's two store boxes (none where C goes by pointer); the chunk counter runs on across tiles.
+        [[maybe_unused]] const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
+        [[maybe_unused]] int epi_chunk = 0;
+        float acc[BLOCK_N / 2];
+
+        // The main loop's operands, built once. Stage 0's descriptors: this consumer's 64 rows of A are
+        // 64 x 128 bytes (8 swizzle patterns) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
+        // 8-row groups; LBO unused for this layout (16 B, field value 1). Another stage or k16 step only
+        // moves the start address, the descriptor's low 14 bits in 16-byte units, so the loop adds to
+        // these instead of rebuilding them: half the main loop's instructions, and on this power-capped
+        // card instructions cost clock. [5] MN-major, SBO = 1024 bytes is the step between 8-row groups
+        // along K and LBO = 8 KB the step between 64-wide boxes along M or N.
+        const unsigned long long desc_a0 =
+            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, A_MN_MAJOR ? MN_BOX_BYTES : 16,
+                           8 * SWIZZLE_ROW_BYTES);
+        const unsigned long long desc_b0 =
+            make_smem_desc(smem_base + A_TILE_BYTES, B_MN_MAJOR ? MN_BOX_BYTES : 16, 8 * SWIZZLE_ROW_BYTES);
+        const unsigned full_bar0 = smem_addr(&full_bar[0]);
+        unsigned empty_bar0[SENDERS];  // this tile column's CTAs, then the rest of this tile row's
+#pragma unroll
+        for (int i = 0; i < SENDERS; ++i) {
+            const int sender = i < CLUSTER_M ? i + CLUSTER_M * rank_n : rank_m + CLUSTER_M * (i - CLUSTER_M + (i - CLUSTER_M >= rank_n));
+            empty_bar0[i] = CLUSTER_SIZE > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender) : smem_addr(&empty_bar[0]);
+        }
+
+        for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
+            const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
+            int cluster_m, cluster_n;
+            grouped_tile(unit.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
+            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
+
+            // ---- main loop over K -------------------------------------------------------------------
+            int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
+            for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
+                mbarrier_wait_parity(full_bar0 + stage * 8, phase);
+
+                const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
+                wgmma_fence();  // acc was written by ordinary instructions (the last epilogue's reads)
+#pragma unroll
+                for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
+                    // k16 step kk is the 32-byte column kk of every 128-byte row: the start address moves
+                    // by 32 bytes (2 in the descriptor); the hardware applies the same XOR as TMA, from
+                    // the address bits. [5] MN-major, it is rows 16kk to 16kk + 15 of each box: 2 KB on.
+                    // A tile's first step overwrites acc (scale-d 0) instead of adding.
+                    const unsigned long long step_a = stage_desc + kk * A_K_STEP, step_b = stage_desc + kk * B_K_STEP;
+                    wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + step_a, desc_b0 + step_b,
+                                                                     ((k_tile - unit.k_begin) | kk) != 0);
+                }
+                wgmma_commit_group();
+                // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
+                // its stage, which this warp releases.
+                wgmma_wait_group<1>();
+                if (lane == 0 && k_tile > unit.k_begin) release_stage(empty_bar0, prev_stage);
+
+                prev_stage = stage;
+                if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
+            }
+            wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
+            if (lane == 0) release_stage(empty_bar0, prev_stage);
+            acc_register_fence(acc);
+
+            // ---- [4] epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -------
+            // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
+            // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
+            // one lane stores the box with TMA and the warp moves on without waiting for it.
+            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+#if SPLIT_K > 1
+            // [6] Left to the last slice of this strip to finish. A strip past M still counts in (with
+            // nothing to store): a branch around it costs the main loop its uniform-register descriptors.
+            const int strip = ((tile_m * cluster_cols * CLUSTER_N + tile_n) * NUM_CONSUMERS + consumer) * 4 + warp;
+            const int num_strips = cluster_rows * CLUSTER_M * cluster_cols * CLUSTER_N * NUM_CONSUMERS * 4;
+            if (!splitk_sum_if_last(acc, partials, counters, strip, num_strips, unit.slice, M - warp_row0, lane))
+                continue;
+#endif
+#if SWAP_AB
+            // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
+            // out_t at C(c, r). The 8 lanes with the same lane % 4 hold 8 neighbouring columns of one row
+            // of C, so each store instruction writes 4 runs of 8 contiguous elements.
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = warp_row0 + lane / 4 + 8 * h;
+                    const float row_bias = HAS_BIAS && row < M ? __ldg(bias + row) : 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4) + e;
+                        if (row < M && col < N)
+                            store_out(c_out + (long long)col * ldc + row,
+                                      epilogue_value(acc[4 * j + 2 * h + e], alpha, row_bias));
+                    }
+                }
+            }
+#else
+            constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
+#pragma unroll
+            for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
+                const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
+                // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
+                // newer one may still be reading.
+                if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
+                __syncwarp();
+#pragma unroll
+                for (int jj = 0; jj < EPI_CHUNK_COLS / 8; jj += 2) {
+                    // Column groups j and j + 1 (8 columns each) of the fragment: for each, rows lane/4
+                    // (h = 0) and lane/4 + 8 (h = 1).
+                    const int j = chunk * (EPI_CHUNK_COLS / 8) + jj;
+                    float bias_lo[2] = {0.0f, 0.0f}, bias_hi[2] = {0.0f, 0.0f};
+#if HAS_BIAS
+#pragma unroll
+                    for (int t = 0; t < 2; ++t) {
+                        const int col = tile_n * BLOCK_N + 8 * (j + t) + 2 * (lane % 4);
+                        if (col < N) bias_lo[t] = __ldg(bias + col);
+                        if (col + 1 < N) bias_hi[t] = __ldg(bias + col + 1);
+                    }
+#endif
+#if OUT_DTYPE != 2
+                    // 16-bit output: one stmatrix writes the four 8x8 matrices (j, h = 0), (j, h = 1),
+                    // (j + 1, h = 0), (j + 1, h = 1); lane l addresses row l % 8 of matrix l / 8.
+                    unsigned packed[4];
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int t = q / 2, h = q % 2;
+                        packed[q] = pack_out2(epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
+                                              epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
+                    }
+                    const int row = lane % 8 + 8 * ((lane / 8) % 2);
+                    const int group = jj + lane / 16;  // the 16-byte column group within the 128-byte row
+                    stmatrix_x4(box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16),
+                                packed[0], packed[1], packed[2], packed[3]);
+#else
+                    // fp32 output: each lane writes its column pairs as 8-byte stores.
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int t = q / 2, h = q % 2;
+                        const int row = lane / 4 + 8 * h;
+                        const int byte = (8 * (jj + t) + 2 * (lane % 4)) * (int)sizeof(out_t);
+                        const unsigned dst = box + row * SWIZZLE_ROW_BYTES + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
+                        st_shared_v2_f32(dst, epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
+                                         epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
+                    }
+#endif
+                }
+                fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
+                __syncwarp();
+                if (lane == 0) {
+                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
+                    bulk_commit_group();
+                }
+            }
+#endif
+        }
+        // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
+        if (lane == 0) bulk_wait_group<0>();
+    }
+#if CLUSTER_M * CLUSTER_N > 1
+    // [2] The other CTAs may still arrive on this CTA's barriers: none leaves before all are done.
+    __syncwarp();
+    cluster_sync();
+#endif
+}
