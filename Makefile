@@ -62,7 +62,7 @@ wheels:
 		-d .whl $(NOTEBOOK_PACKAGES)
 
 bench: $(STAMP)
-	$(PY) -m deepgemm bench $(BENCH_ARGS)
+	$(PY) -m tutorial bench $(BENCH_ARGS)
 
 test: $(STAMP) $(NB_STAMP)
 	$(PY) -m pytest tests lab/tests $(PYTEST_ARGS)
@@ -79,7 +79,7 @@ notebooks: $(STAMP) $(NB_STAMP)
 	$(NB_ENV) $(PY) scripts/execute_notebooks.py --out out/notebooks $(NB)
 
 lint: $(STAMP)
-	$(PY) -m ruff check deepgemm stages tests lab conftest.py
+	$(PY) -m ruff check deepgemm tutorial stages tests lab conftest.py
 
 clean:
 	rm -rf $(VENV) $(NB_SITE) .pytest_cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepgemm.runner import gpu_available
+from tutorial.runner import gpu_available
 
 HAVE_GPU = gpu_available()
 

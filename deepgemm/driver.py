@@ -1,15 +1,19 @@
-"""Kernel launches through the CUDA driver from a parameter buffer laid out once: the library call's hot path.
+"""The CUDA driver as the library's plans use it, through one binding (ctypes on libcuda).
 
-CuPy's RawKernel packs its arguments anew on every call (about 13 µs for three 128-byte tensor maps and
-five scalars). `RawLaunch` lays the kernel's parameters out once; a call re-points only what changed, a
-tensor map through `cuTensorMapReplaceAddress` and a pointer or a scalar by writing its bytes, and calls
-`cuLaunchKernel` through ctypes. Each of those calls costs well under a microsecond.
+What a plan asks of the driver: the GPU's limits (`device_limits`), a kernel's dynamic shared-memory limit
+and how many of its clusters fit at once (`max_active_clusters`), tensor maps (`encode_tiled_2d`), and
+launches from a parameter buffer laid out once (`RawLaunch`). CuPy's RawKernel packs its arguments anew on
+every call (about 13 µs for three 128-byte tensor maps and five scalars); a `RawLaunch` call re-points only
+what changed, a tensor map through `cuTensorMapReplaceAddress` and a pointer or a scalar by writing its
+bytes, and calls `cuLaunchKernel`. Each of those costs well under a microsecond. Compiling and loading a
+module is the JIT's (`deepgemm.jit`, through CuPy).
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any
 
@@ -24,23 +28,96 @@ CUDA_ERROR_INVALID_CONTEXT = 201  # no context current on this thread: it has no
 
 @cache
 def libcuda() -> ctypes.CDLL:
-    """The driver library, with the signatures of the entry points used here."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    ptr = ctypes.c_void_p
+    """The driver library, initialised, with the signatures of the entry points used here. RuntimeError where
+    there is no driver (no GPU on this machine)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as err:
+        raise RuntimeError(f"the CUDA driver (libcuda.so.1) is not installed here: {err}") from None
+    ptr, i32 = ctypes.c_void_p, ctypes.c_int
     # cuLaunchKernel has no argtypes: `RawLaunch` passes ctypes objects, which need no conversion.
     lib.cuTensorMapReplaceAddress.argtypes = [ptr, ptr]
     u32, u64s, u32s = ctypes.c_uint, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint)
-    lib.cuTensorMapEncodeTiled.argtypes = [ptr, ctypes.c_int, u32, ptr, u64s, u64s, u32s, u32s, *[ctypes.c_int] * 4]
-    lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.cuTensorMapEncodeTiled.argtypes = [ptr, i32, u32, ptr, u64s, u64s, u32s, u32s, *[i32] * 4]
+    lib.cuGetErrorName.argtypes = [i32, ctypes.POINTER(ctypes.c_char_p)]
+    lib.cuDeviceGetAttribute.argtypes = [ctypes.POINTER(i32), i32, i32]
+    lib.cuFuncSetAttribute.argtypes = [ptr, i32, i32]
+    lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(i32), ptr, ctypes.POINTER(LaunchConfig)]
+    check_with(lib, lib.cuInit(0), "cuInit")
     return lib
 
 
 def check(result: int, what: str) -> None:
     """RuntimeError naming the driver's error when `result` is not CUDA_SUCCESS."""
+    check_with(libcuda(), result, what)
+
+
+def check_with(lib: ctypes.CDLL, result: int, what: str) -> None:
     if result != CUDA_SUCCESS:
         name = ctypes.c_char_p()
-        libcuda().cuGetErrorName(result, ctypes.byref(name))
+        lib.cuGetErrorName(result, ctypes.byref(name))
         raise RuntimeError(f"{what} failed with {(name.value or b'an unknown error').decode()} ({result})")
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h): a grid, a block, dynamic shared memory, a stream and launch attributes."""
+
+    _fields_ = [
+        *[(name, ctypes.c_uint) for name in ("gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY")],
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("hStream", ctypes.c_void_p),
+        ("attrs", ctypes.c_void_p),
+        ("numAttrs", ctypes.c_uint),
+    ]
+
+
+# CUdevice_attribute and CUfunction_attribute values (cuda.h) read or set here.
+ATTRIBUTE_SM_COUNT, ATTRIBUTE_SMEM_PER_BLOCK_OPTIN = 16, 97
+ATTRIBUTE_CC_MAJOR, ATTRIBUTE_CC_MINOR = 75, 76
+FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What a plan reads off a GPU: its SMs, the shared memory one block may use, its compute capability."""
+
+    sm_count: int
+    smem_per_block_optin: int
+    compute_capability: tuple[int, int]
+
+
+@cache
+def device_limits(device: int) -> DeviceLimits:
+    """The GPU's limits, asked once per device."""
+
+    def attribute(which: int) -> int:
+        value = ctypes.c_int()
+        check(libcuda().cuDeviceGetAttribute(ctypes.byref(value), which, device), "cuDeviceGetAttribute")
+        return value.value
+
+    cc = (attribute(ATTRIBUTE_CC_MAJOR), attribute(ATTRIBUTE_CC_MINOR))
+    return DeviceLimits(attribute(ATTRIBUTE_SM_COUNT), attribute(ATTRIBUTE_SMEM_PER_BLOCK_OPTIN), cc)
+
+
+def allow_dynamic_smem(function: int, smem_bytes: int) -> None:
+    """Let `function` (a CUfunction) launch with `smem_bytes` of dynamic shared memory (over 48 KB needs it)."""
+    check(libcuda().cuFuncSetAttribute(ctypes.c_void_p(function), FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+          "cuFuncSetAttribute (dynamic shared memory)")  # fmt: skip
+
+
+@cache
+def max_active_clusters(function: int, cluster_size: int, threads: int, smem_bytes: int) -> int:
+    """How many clusters of `function` (its compile-time cluster size) the GPU runs at once, from the
+    driver's occupancy calculator: SMs come in GPCs, and a cluster must fit in one. Asked once per kernel."""
+    allow_dynamic_smem(function, smem_bytes)
+    config = LaunchConfig(cluster_size, 1, 1, threads, 1, 1, smem_bytes, None, None, 0)  # one cluster's grid
+    clusters = ctypes.c_int()
+    check(libcuda().cuOccupancyMaxActiveClusters(ctypes.byref(clusters), ctypes.c_void_p(function),
+                                                 ctypes.byref(config)), "cuOccupancyMaxActiveClusters")  # fmt: skip
+    if clusters.value < 1:
+        raise RuntimeError(f"no cluster of {cluster_size} CTAs x {threads} threads, {smem_bytes} B fits this GPU")
+    return clusters.value
 
 
 # cuTensorMapEncodeTiled's enumerations (cuda.h), the values this library passes.

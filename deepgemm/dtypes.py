@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 
@@ -34,3 +36,19 @@ def input_dtype(name_or_dtype: str | np.dtype) -> np.dtype:
 def dtype_defines(dtype: np.dtype) -> dict[str, int]:
     """The define that selects the kernel's element type."""
     return {"DTYPE_BF16": int(np.dtype(dtype) == BFLOAT16)}
+
+
+def output_dtype(dtype: Any) -> np.dtype:
+    """An output dtype given as a NumPy dtype, its name, or a torch dtype (torch.float32 ...); TypeError for
+    anything else."""
+    named = TORCH_DTYPES.get(str(dtype))
+    try:
+        found = np.dtype(named or dtype)
+    except TypeError:
+        found = None
+    if found not in OUTPUT_DTYPES.values():
+        raise TypeError(f"out_dtype {dtype} is not supported: use float16, bfloat16 or float32")
+    return found
+
+
+TORCH_DTYPES = {"torch.float16": FLOAT16, "torch.bfloat16": BFLOAT16, "torch.float32": FLOAT32}

@@ -15,7 +15,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name
+from deepgemm.dtypes import TORCH_DTYPES, dtype_name
 
 
 class StreamHandle:
@@ -173,7 +173,7 @@ def torch_view(x: Any) -> cupy.ndarray | None:
     return cupy.ndarray(tuple(x.shape), dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
 
 
-TORCH_DTYPES = {"torch.float16": FLOAT16, "torch.bfloat16": BFLOAT16, "torch.float32": FLOAT32}
+
 
 
 def is_cuda_tensor(x: Any) -> bool:

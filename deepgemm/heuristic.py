@@ -1,6 +1,7 @@
-"""Which v5 configuration a problem gets: the autotune table's (`pick_config`), else the cost model's pick.
+"""Which configuration of the library kernel a problem gets: the autotune table's (`pick_config`), else the
+cost model's pick.
 
-One tile does not fit every shape. v5's default, 128 x 256 tiles in clusters of two, gives 4096^3 its 256
+One tile does not fit every shape. The default, 128 x 256 tiles in clusters of two, gives 4096^3 its 256
 cluster tiles in four full rounds on 132 SMs; at M = 128 and N = K = 4096 it makes 16 cluster tiles, so 32
 SMs work (half of them on rows past M) while 100 idle, and each of the 32 streams 64 k-tiles in a row.
 
@@ -27,7 +28,7 @@ rows of A per k-tile, for M <= 64), BLOCK_N 64 to 256, for M <= 32 swap AB (the 
 N, its 16 or 32 columns over M, priced as the swapped problem), clusters of two along M only where
 there is more than one round of tiles to share B across (DeepGEMM's rule: multicast only with more than one
 wave), split-K only while the tiles alone leave SMs idle, and as many pipeline stages as fit. The pick is
-the cheapest by the model; ties go to the larger tile. The autotune table (`deepgemm.autotune`) replaces
+the cheapest by the model; ties go to the larger tile. The autotune table (`tutorial.autotune`) replaces
 the model's guess with a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
@@ -41,23 +42,23 @@ candidates are within 0.87 to 1.20 times the measured time for 80% of them (`mod
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from deepgemm import results
 from deepgemm.config import ELEMENT_BYTES, GemmConfig
 from deepgemm.model import ceil_div
 
 BLOCK_MS = (64, 128)  # one consumer warpgroup of 64 rows (listed first: it wins ties), or two
 BLOCK_K = 64
-BLOCK_NS = (256, 192, 128, 64)  # the wgmma N v5 issues, widest first (ties go to the first)
+BLOCK_NS = (256, 192, 128, 64)  # the wgmma N the kernel issues, widest first (ties go to the first)
 SWAP_BLOCK_NS = (16, 32)  # swapped: C's rows as wgmma's N (ties go to the narrower)
 MAX_STAGES = 16  # the deepest pipeline offered, however small the stages
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_K_TILES_PER_UNIT = 4  # a slice of K shorter than this cannot fill the pipeline it runs through
 SMEM_BYTES = 227 * 1024  # what one CTA may use
-EPILOGUE_BYTES = 32 * 1024 + 1024  # v5's store boxes and alignment slack
+EPILOGUE_BYTES = 32 * 1024 + 1024  # the store boxes and alignment slack
 ALIGN_BYTES = 1024  # the alignment slack alone
 CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
 FLOP_PER_CLOCK = 4096  # dense FP16/BF16 per SM per clock
@@ -184,10 +185,23 @@ def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn
 
 
 TABLE_NAME = "autotune"
+TABLES_DIR = Path(__file__).resolve().parent / "kernels" / "tables"  # package data: tables/<gpu>/autotune.json
+
+
+def gpu_slug(gpu: str) -> str:
+    """A GPU's name as a folder name: 'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"^nvidia\s+", "", gpu.strip().lower())).strip("-")
+    return slug or "unknown-gpu"
+
+
+def table_path(gpu: str, root: Path | None = None) -> Path:
+    """Where the library keeps a GPU's autotune table: under `root`, by default TABLES_DIR as it is at the
+    call (a test points it elsewhere, so that nothing it records lands in the package)."""
+    return (TABLES_DIR if root is None else root) / gpu_slug(gpu) / f"{TABLE_NAME}.json"
 
 
 def config_fields(cfg: GemmConfig) -> dict[str, int]:
-    """A config as the table stores it: its block_n, num_stages and the v5 knobs that vary."""
+    """A config as the table stores it: its block_n, num_stages and the kernel's knobs that vary."""
     extra = cfg.extra
     return {
         "block_m": cfg.block_m or 128,
@@ -211,9 +225,8 @@ def config_from_fields(fields: dict[str, int]) -> GemmConfig:
 
 
 @cache
-def table(directory: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
-    """The recorded table in `directory` by (dtype, m, n, k); empty where there is none."""
-    path = directory / f"{TABLE_NAME}.json"
+def table(path: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
+    """The table at `path` by (dtype, m, n, k); empty where there is none."""
     if not path.is_file():
         return {}
     rows = json.loads(path.read_text())["rows"]
@@ -228,10 +241,10 @@ def problem_key(row: dict) -> tuple[str, int, int, int]:
 def pick_config(
     m: int, n: int, k: int, dtype_name: str, gpu: str, sm_count: int, b_mn_major: bool, a_mn_major: bool = False
 ) -> tuple[GemmConfig, str]:
-    """The configuration for a problem and where it came from: "table" (autotune.json of this GPU) or
+    """The configuration for a problem and where it came from: "table" (this GPU's autotune table) or
     "heuristic". A table entry the layout cannot use (an MN-major operand in boxes that do not divide) is
     passed over."""
-    found = table(results.gpu_directory(gpu)).get((dtype_name, m, n, k))
+    found = table(table_path(gpu)).get((dtype_name, m, n, k))
     if found is not None and layout_fits(found, b_mn_major, a_mn_major):
         return found, "table"
     return choose(m, n, k, sm_count, b_mn_major, a_mn_major).config(), "heuristic"

@@ -1,23 +1,21 @@
-"""Compile a stage's kernel.cu, specialised by `-D` defines: the JIT of the seeds.
+"""Compile a kernel source specialised by `-D` defines: the JIT of the seeds.
 
 On a GPU, `get_kernel` compiles through CuPy's NVRTC backend. CuPy keeps compiled modules on disk keyed by
 source and options, so a shape seen before costs a disk read; the map here keeps them in memory on top.
-Without a GPU, `compile_report` runs the same NVRTC compile through the low-level bindings and returns
-the cubin with ptxas's resource report, for the tests and for reading SASS (`disassemble`).
+Without a GPU, `compile_file_report` runs the same NVRTC compile through the low-level bindings and returns
+the cubin with ptxas's resource report (the tests read registers, spills and SASS from it).
 
-The TMA stages (v3-v5) export what their kernel fixes about its launch as `extern "C" __device__ const int`
-globals, LAUNCH_THREADS and LAUNCH_SMEM_BYTES; `launch_facts` reads them back from the compiled module
-(once per compiled kernel) and `CompileReport.launch_facts` from a cubin, so no launcher types them again.
+A kernel exports what it fixes about its launch as `extern "C" __device__ const int` globals,
+LAUNCH_THREADS and LAUNCH_SMEM_BYTES (and LAUNCH_STORE_ROWS / LAUNCH_STORE_COLS where it stores C through a
+tensor map); `launch_facts` reads them back from the compiled module once per kernel, and
+`CompileReport.launch_facts` from a cubin, so no launcher types them again.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
-import subprocess
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +24,7 @@ from pathlib import Path
 import cupy
 import numpy as np
 
-STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
+LIBRARY_KERNEL = Path(__file__).resolve().parent / "kernels" / "gemm_sm90.cu"  # what deepgemm.gemm runs
 ENTRY_POINT = "gemm_kernel"
 BASE_OPTIONS = ("-std=c++17",)
 # CuPy adds these to every RawModule it compiles; a compile without a GPU adds them too, so that its SASS
@@ -44,16 +42,13 @@ LAUNCH_THREADS = "LAUNCH_THREADS"  # threads per block
 LAUNCH_SMEM_BYTES = "LAUNCH_SMEM_BYTES"  # dynamic shared memory the kernel needs, alignment slack included
 LAUNCH_STORE_ROWS = "LAUNCH_STORE_ROWS"  # the box C is stored in through TMA, rows x columns (elements);
 LAUNCH_STORE_COLS = "LAUNCH_STORE_COLS"  # only kernels that store C with TMA export them
-
-_modules: dict[tuple, cupy.RawModule] = {}
-_kernels: dict[tuple, cupy.RawKernel] = {}
-_facts: dict[tuple, LaunchFacts] = {}
+LAUNCH_FACTS = (LAUNCH_THREADS, LAUNCH_SMEM_BYTES, LAUNCH_STORE_ROWS, LAUNCH_STORE_COLS)
 
 
 @dataclass(frozen=True)
 class LaunchFacts:
-    """What a kernel.cu fixes about its launch: threads per block, dynamic shared memory in bytes, and the
-    box (rows, columns) of C's tensor map where the kernel stores C with TMA (None: it takes a pointer)."""
+    """What a kernel source fixes about its launch: threads per block, dynamic shared memory in bytes, and
+    the box (rows, columns) of C's tensor map where the kernel stores C with TMA (None: it takes a pointer)."""
 
     threads: int
     smem_bytes: int
@@ -68,16 +63,6 @@ class LaunchFacts:
         return cls(threads, smem, (rows, cols) if rows and cols else None)
 
 
-LAUNCH_FACTS = (LAUNCH_THREADS, LAUNCH_SMEM_BYTES, LAUNCH_STORE_ROWS, LAUNCH_STORE_COLS)
-
-
-def kernel_path(stage: str) -> Path:
-    path = STAGES_DIR / stage / "kernel.cu"
-    if not path.is_file():
-        raise ValueError(f"no kernel for stage {stage!r} at {path}")
-    return path
-
-
 def define_options(defines: Mapping[str, int]) -> tuple[str, ...]:
     return tuple(f"-D{name}={int(value)}" for name, value in sorted(defines.items()))
 
@@ -88,26 +73,39 @@ def device_arch() -> str:
     return "sm_90a" if cc == "90" else f"sm_{cc}"
 
 
-def _key(stage: str, defines: Mapping[str, int]) -> tuple:
-    return stage, device_arch(), tuple(sorted(defines.items())), compile_options()
+@cache
+def include_options() -> tuple[str, ...]:
+    """-I for cuda_fp16.h where the nvidia-cuda-runtime wheel or a toolkit has it (CuPy also looks in a
+    toolkit of its own finding): an installed package compiles without a toolkit."""
+    try:
+        return (f"-I{cuda_include_dir()}",)
+    except RuntimeError:
+        return ()
 
 
-def get_module(stage: str, defines: Mapping[str, int]) -> cupy.RawModule:
-    """The stage's kernel.cu compiled for the current GPU with these defines (cached)."""
-    key = _key(stage, defines)
+_modules: dict[tuple, cupy.RawModule] = {}
+_kernels: dict[tuple, cupy.RawKernel] = {}
+_facts: dict[tuple, LaunchFacts] = {}
+
+
+def _key(path: Path, defines: Mapping[str, int]) -> tuple:
+    return str(path), device_arch(), tuple(sorted(defines.items())), compile_options()
+
+
+def get_module(path: Path, defines: Mapping[str, int]) -> cupy.RawModule:
+    """The kernel source at `path` compiled for the current GPU with these defines (cached)."""
+    key = _key(path, defines)
     if key not in _modules:
-        source = kernel_path(stage).read_text()
-        options = (f"-arch={key[1]}", *key[3], *define_options(defines))
-        _modules[key] = cupy.RawModule(code=source, options=options, backend="nvrtc")
+        options = (f"-arch={key[1]}", *key[3], *include_options(), *define_options(defines))
+        _modules[key] = cupy.RawModule(code=path.read_text(), options=options, backend="nvrtc")
     return _modules[key]
 
 
-def get_kernel(stage: str, defines: Mapping[str, int], name: str = ENTRY_POINT) -> cupy.RawKernel:
-    """The stage's `gemm_kernel` (or another of its kernels) compiled for the current GPU with these defines
-    (cached)."""
-    key = (*_key(stage, defines), name)
+def get_kernel(path: Path, defines: Mapping[str, int], name: str = ENTRY_POINT) -> cupy.RawKernel:
+    """The source's `gemm_kernel` (or another of its kernels) compiled for the current GPU (cached)."""
+    key = (*_key(path, defines), name)
     if key not in _kernels:
-        _kernels[key] = get_module(stage, defines).get_function(name)
+        _kernels[key] = get_module(path, defines).get_function(name)
     return _kernels[key]
 
 
@@ -119,17 +117,17 @@ def module_of(kernel: cupy.RawKernel) -> cupy.RawModule:
     raise KeyError("this kernel was not compiled by deepgemm.jit.get_kernel")
 
 
-def launch_facts(stage: str, defines: Mapping[str, int]) -> LaunchFacts:
-    """The LAUNCH_* globals of the stage's kernel compiled with these defines, read back from the module on
-    the GPU once per compiled kernel. RuntimeError where the kernel lacks threads or shared memory."""
-    key = _key(stage, defines)
+def launch_facts(path: Path, defines: Mapping[str, int]) -> LaunchFacts:
+    """The LAUNCH_* globals of the source compiled with these defines, read back from the module on the GPU
+    once per compiled kernel. RuntimeError where the kernel lacks threads or shared memory."""
+    key = _key(path, defines)
     if key not in _facts:
-        module = get_module(stage, defines)
+        module = get_module(path, defines)
         try:
             _facts[key] = LaunchFacts.from_globals(lambda name: find_global_int(module, name))
         except KeyError as missing:
             what = f'{missing.args[0]}: an extern "C" __device__ const int'
-            raise RuntimeError(f"{stage}/kernel.cu lacks a launch fact ({what})") from None
+            raise RuntimeError(f"{path.name} lacks a launch fact ({what})") from None
     return _facts[key]
 
 
@@ -190,8 +188,8 @@ def parse_ptxas(log: str) -> dict[str, int]:
 
 @cache
 def cuda_include_dir() -> str:
-    """Where cuda_fp16.h lives: the toolkit's include folder or the nvidia-cuda-runtime wheel's."""
-    from cuda.pathfinder import find_nvidia_header_directory  # only for compiles without a GPU (tests)
+    """Where cuda_fp16.h lives: the nvidia-cuda-runtime wheel's headers or the toolkit's include folder."""
+    from cuda.pathfinder import find_nvidia_header_directory  # comes with CuPy; looked up once
 
     found = find_nvidia_header_directory("cudart")
     if found is None:
@@ -199,21 +197,19 @@ def cuda_include_dir() -> str:
     return found
 
 
-def compile_report(
-    stage: str, defines: Mapping[str, int], arch: str = "sm_90a", options: tuple[str, ...] = ()
-) -> CompileReport:
-    """Compile a stage without a GPU through NVRTC (`options` besides the usual, e.g. -lineinfo); raises
-    RuntimeError with the compiler log on failure."""
-    return compile_file_report(kernel_path(stage), stage, defines, arch, options)
-
-
 def compile_file_report(
-    path: Path, name: str, defines: Mapping[str, int], arch: str = "sm_90a", extra: tuple[str, ...] = ()
+    path: Path, defines: Mapping[str, int], arch: str = "sm_90a", extra: tuple[str, ...] = (), name: str = ""
 ) -> CompileReport:
-    """Compile any .cu file as `compile_report` compiles a stage (the harness's own probe kernels too)."""
+    """Compile the source at `path` without a GPU, through NVRTC with the options a GPU compile uses
+    (`extra` besides, e.g. -lineinfo); RuntimeError with the compiler's log where it fails."""
+    return _compile_text_report(path.read_text(), path.name, defines, arch, extra, name or path.name)
+
+
+def _compile_text_report(
+    text: str, file_name: str, defines: Mapping[str, int], arch: str, extra: tuple[str, ...], label: str
+) -> CompileReport:
     from cupy.cuda import nvrtc  # CuPy's low-level NVRTC bindings, only for compiles without a GPU
 
-    source = path.read_text()
     options = [
         f"-arch={arch}",
         *BASE_OPTIONS,
@@ -224,52 +220,25 @@ def compile_file_report(
         "--no-cache",  # NVRTC 12.9+ may reuse an earlier compile, and then ptxas runs and reports nothing
         *define_options(defines),
     ]
-    program = nvrtc.createProgram(source, f"{name}/{path.name}", [], [])
+    program = nvrtc.createProgram(text, f"{label}/{file_name}", [], [])
     try:
         try:
             nvrtc.compileProgram(program, options)
         except nvrtc.NVRTCError:
-            raise RuntimeError(f"{name} failed to compile:\n{nvrtc.getProgramLog(program)}") from None
+            raise RuntimeError(f"{label} failed to compile:\n{nvrtc.getProgramLog(program)}") from None
         log = nvrtc.getProgramLog(program)
         cubin = nvrtc.getCUBIN(program) + b"\0"  # the binding drops the cubin's last byte
     finally:
         nvrtc.destroyProgram(program)
     if "Used" not in log:
-        raise RuntimeError(f"{name}: ptxas printed no resource report, so registers and spills are unknown:\n{log}")
+        raise RuntimeError(f"{label}: ptxas printed no resource report, so registers and spills are unknown:\n{log}")
     return CompileReport(cubin=cubin, log=log, **parse_ptxas(log))
 
 
 def compile_source(source: str, defines: Mapping[str, int], arch: str = "sm_90a") -> CompileReport:
-    """Compile kernel source text as a stage is compiled (NVRTC, no GPU needed)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cu"
-        path.write_text(source)
-        return compile_file_report(path, "kernel", defines, arch)
-
-
-def binary_utility(name: str) -> str:
-    """A CUDA binary utility, cuobjdump or nvdisasm: the nvidia-cuda-<name> wheel that `make test` installs,
-    or the toolkit's."""
-    from cuda.pathfinder import find_nvidia_binary_utility  # only for reading SASS (tests, notebooks)
-
-    found = find_nvidia_binary_utility(name) or shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} not found: `pip install nvidia-cuda-{name}` (make test does)")
-    return found
-
-
-def read_cubin(cubin: bytes, tool: str, *options: str) -> str:
-    """What `tool options... file` prints for a cubin written to a temporary file."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        return subprocess.run([binary_utility(tool), *options, str(path)], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
-
-
-def disassemble(cubin: bytes) -> str:
-    """The SASS of a cubin, as `cuobjdump --dump-sass` prints it."""
-    return read_cubin(cubin, "cuobjdump", "--dump-sass")
+    """Compile kernel source text as a file is compiled (NVRTC, no GPU needed), from memory: the library
+    writes no files."""
+    return _compile_text_report(source, "kernel.cu", defines, arch, (), "kernel")
 
 
 _SHT_SYMTAB = 2

@@ -1,9 +1,8 @@
-"""Operand checks and the layouts the kernels read.
+"""Operand checks: everything a caller can get wrong, caught before anything is compiled or launched.
 
-Everything a caller can get wrong is caught here, with an error that names the operand and the value:
-host arrays, wrong dtypes, mismatched shapes, a missing GPU. The tensor-core stages read both operands
-K-major with 16-byte aligned rows; `k_major` returns that view when the input already is one and a
-zero-padded copy when it is not (the only place the library copies an input).
+Each error names the operand and the value: host arrays, wrong dtypes, mismatched shapes, an `out` of the
+wrong shape or layout, a missing GPU or one too old. The checks read the arrays (as CuPy views, no copy)
+and allocate nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, OUTPUT_DTYPES
+from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, output_dtype
 from deepgemm.frameworks import torch_view
 from deepgemm.model import round_up
 
@@ -80,18 +79,20 @@ def compute_capability() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Problem:
-    """A checked GEMM problem: a (M, K) @ b (K, N) -> out (M, N)."""
+    """A checked GEMM problem: a (M, K) @ b (K, N) -> out (M, N) of out_dtype; out is None where the caller
+    gave none (whoever launches allocates it)."""
 
     a: cupy.ndarray
     b: cupy.ndarray
-    out: cupy.ndarray
+    out: cupy.ndarray | None
     m: int
     n: int
     k: int
+    out_dtype: np.dtype
 
 
-def check_problem(a: Any, b: Any, out: Any = None, out_dtype: Any = None) -> Problem:
-    """Validate a @ b (and `out`, allocated when None) and return them as CuPy arrays."""
+def check_operands(a: Any, b: Any, out: Any = None, out_dtype: Any = None) -> Problem:
+    """Validate a @ b (and `out`) and return them as CuPy views."""
     a, b = as_device_array(a, "a"), as_device_array(b, "b")
     for name, x in (("a", a), ("b", b)):
         if x.ndim != 2:
@@ -107,11 +108,9 @@ def check_problem(a: Any, b: Any, out: Any = None, out_dtype: Any = None) -> Pro
         raise ValueError(f"b has {kb} rows but a has K = {k} columns")
     if min(m, n, k) < 1:
         raise ValueError(f"empty problem: M = {m}, N = {n}, K = {k}; every dimension must be >= 1")
-    out_dtype = np.dtype(out_dtype) if out_dtype is not None else a.dtype
-    if out_dtype not in OUTPUT_DTYPES.values():
-        raise TypeError(f"out_dtype {out_dtype} is not supported: use float16, bfloat16 or float32")
-    out = _check_out(out, m, n, out_dtype) if out is not None else cupy.empty((m, n), dtype=out_dtype)
-    return Problem(a=a, b=b, out=out, m=m, n=n, k=k)
+    out_dtype = output_dtype(out_dtype) if out_dtype is not None else a.dtype
+    out = _check_out(out, m, n, out_dtype) if out is not None else None
+    return Problem(a=a, b=b, out=out, m=m, n=n, k=k, out_dtype=out_dtype)
 
 
 def _check_out(out: Any, m: int, n: int, dtype: np.dtype) -> cupy.ndarray:
@@ -135,36 +134,16 @@ def padded_k(k: int) -> int:
     return round_up(k, VECTOR_BYTES // 2)
 
 
-def k_major(x: cupy.ndarray, k_padded: int) -> cupy.ndarray:
-    """`x` (rows, K) with unit stride along K, 16-byte aligned rows and K zero-padded to `k_padded`.
-
-    Returns `x` itself when it already is such a view; otherwise a copy (the harness's only one).
-    """
-    rows, k = x.shape
-    if (
-        k == k_padded
-        and x.strides[1] == x.itemsize
-        and x.strides[0] % VECTOR_BYTES == 0
-        and x.strides[0] >= k * x.itemsize
-        and x.data.ptr % VECTOR_BYTES == 0
-    ):
-        return x
-    packed = cupy.zeros((rows, k_padded), dtype=x.dtype)
-    packed[:, :k] = x
-    return packed
-
-
-def bias_vector(bias: Any, n: int) -> cupy.ndarray:
-    """The per-column bias as a contiguous float32 vector of N elements."""
+def check_bias(bias: Any, n: int) -> cupy.ndarray:
+    """The per-column bias as a CuPy view; ValueError / TypeError where it is not a float vector of N."""
     bias = as_device_array(bias, "bias")
     if bias.shape != (n,):
         raise ValueError(f"bias has shape {bias.shape}; it must be a vector of N = {n} elements")
     if bias.dtype.kind != "f" and bias.dtype not in INPUT_DTYPES.values():
         raise TypeError(f"bias has dtype {bias.dtype}; it must be a floating-point vector")
-    return cupy.ascontiguousarray(bias, dtype=FLOAT32)
+    return bias
 
 
-def k_major_operands(problem: Problem) -> tuple[cupy.ndarray, cupy.ndarray, int]:
-    """A (M, K) and B as the K-major (N, K) matrix, rows 16-byte aligned, K padded: what v1-v5 read."""
-    k = padded_k(problem.k)
-    return k_major(problem.a, k), k_major(problem.b.T, k), k
+def bias_vector(bias: Any, n: int) -> cupy.ndarray:
+    """The per-column bias as a contiguous float32 vector of N elements (a copy where it is not one)."""
+    return cupy.ascontiguousarray(check_bias(bias, n), dtype=FLOAT32)

@@ -70,7 +70,8 @@ def encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes
     if key not in _MAPS:
         if len(_MAPS) >= MAP_CACHE_SIZE:
             _MAPS.pop(next(iter(_MAPS)))  # the oldest entry
-        _MAPS[key] = _encode_tile_map(x, box_rows, box_cols, swizzle_bytes)
+        spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)
+        _MAPS[key] = encode_spec(spec, x.dtype, x.data.ptr)
     return _MAPS[key]
 
 
@@ -79,22 +80,26 @@ DTYPE_NAMES = {FLOAT16: "float16", BFLOAT16: "bfloat16", FLOAT32: "float32"}
 _MAPS: dict[tuple, np.void] = {}
 
 
-def _encode_tile_map(x: cupy.ndarray, box_rows: int, box_cols: int, swizzle_bytes: int) -> np.void:
-    spec = tile_map_spec(x.shape, x.strides, x.data.ptr, x.itemsize, box_rows, box_cols, swizzle_bytes)
+def encode_spec(spec: TileMapSpec, dtype: np.dtype, address: int) -> np.void:
+    """The tensor map of `spec` at `address` (16-byte aligned; the driver reads no memory there, so a plan
+    encodes its maps before any call's address is known and re-points them per call)."""
     raw = encode_tiled_2d(
-        DTYPE_NAMES[np.dtype(x.dtype)], x.data.ptr, spec.cols, spec.rows, spec.row_stride_bytes,
+        DTYPE_NAMES[np.dtype(dtype)], address, spec.cols, spec.rows, spec.row_stride_bytes,
         (spec.box_rows, spec.box_cols), spec.swizzle_bytes,
     )  # fmt: skip
     return np.frombuffer(raw, dtype=np.dtype((np.void, DESCRIPTOR_BYTES)))[0]
 
 
+def operand_box(mn_major: bool, rows: int, box_k: int, swizzle_bytes: int, itemsize: int) -> tuple[int, int]:
+    """The box (rows, columns) an operand's map reads, `rows` rows of M (or N) at a time: a K-major operand
+    (rows, K) in boxes of rows x box_k; an MN-major one (K, M or N) in boxes of box_k rows x one swizzle span
+    of columns, so that the kernel loads rows / span of them side by side."""
+    return (box_k, swizzle_bytes // itemsize) if mn_major else (rows, box_k)
+
+
 def operand_map(x: cupy.ndarray, mn_major: bool, rows: int, box_k: int, swizzle_bytes: int) -> np.void:
-    """The map of one operand as a kernel reads it, `rows` rows of M (or N) at a time: a K-major `x` (rows, K)
-    in boxes of rows x box_k; an MN-major `x` (K, M or N) in boxes of box_k rows x one swizzle span of
-    columns, so that the kernel loads rows / span of them side by side."""
-    if mn_major:
-        return encode_tile_map(x, box_k, swizzle_bytes // x.itemsize, swizzle_bytes)
-    return encode_tile_map(x, rows, box_k, swizzle_bytes)
+    """The map of one operand as a kernel reads it (`operand_box`), at x's address."""
+    return encode_tile_map(x, *operand_box(mn_major, rows, box_k, swizzle_bytes, x.itemsize), swizzle_bytes)
 
 
 def read_in_place(x: cupy.ndarray, mn_major_ok: bool) -> tuple[cupy.ndarray, bool] | None:

@@ -1,6 +1,7 @@
-"""The lab: hardware probes and research sweeps around the stages, kept out of the installed package.
+"""The lab: hardware probes and research sweeps around the stages and the library kernel, kept out of the
+installed package.
 
-Nothing in deepgemm/ or stages/ imports it; it imports them. Run it as `python -m lab <command>`.
+Nothing in deepgemm/, stages/ or tutorial/ imports it; it imports them. Run it as `python -m lab <command>`.
 """
 
 from pathlib import Path

@@ -3,7 +3,8 @@
 `python -m lab.call_probe` (GPU and PyTorch needed) prints two tables and writes JSON to $OUT or /tmp:
 - host: microseconds per call of each piece of `deepgemm.gemm`'s cached path (torch inputs), as the harness
   times a call's host cost (`timing.host_us_per_call`);
-- device: GPU µs per call of v5 configs and torch.matmul with the host's time hidden
+- device: GPU µs per call of library kernel configs (`deepgemm.gemm` with a config: split-K, 2 x 2
+  clusters, BLOCK_N 128, none of which v5 has) and torch.matmul, with the host's time hidden
   (`timing.device_us_per_call`).
 """
 
@@ -20,7 +21,7 @@ import deepgemm
 from deepgemm import api
 from deepgemm.config import GemmConfig
 from deepgemm.frameworks import framework_of
-from deepgemm.timing import device_us_per_call, host_us_per_call
+from tutorial.timing import device_us_per_call, host_us_per_call
 
 SETS = 4  # input sets rotated: 4 x 32 MB of B at N = K = 4096 is more than the 60 MB L2
 PIECE_CALLS = 2000  # the pieces that launch nothing are cheap: more calls per repeat
@@ -32,10 +33,11 @@ def host_pieces(m: int, n: int, k: int) -> dict[str, float]:
     deepgemm.gemm(a, b)
     fw = framework_of(a)
     key = api.plan_key(fw, a, b, None, None, None, None, None)
-    plan = api._PLANS[key]
-    raw, setters, _ = plan.steps[0]
-    other = torch.empty_like(a)
-    pointers = [a.data_ptr(), other.data_ptr()]
+    plan = api._PLANS[key]  # a deepgemm.plan.Plan: its launch and the writers of each call's parameters
+    raw, setters = plan.launch, dict(plan.setters)
+    first = a if plan.kernel_a.source == "a" else b  # what the kernel's A map (parameter 0) reads: b where swapped
+    other = torch.empty_like(first)
+    pointers = [first.data_ptr(), other.data_ptr()]
     flip = [0]
 
     def repoint() -> None:
@@ -54,7 +56,7 @@ def host_pieces(m: int, n: int, k: int) -> dict[str, float]:
         "data_ptr": a.data_ptr,
         "stream": lambda: fw.stream(0),
         "repoint (changed)": repoint,
-        "setter f32": lambda: setters[4][1](1.0),
+        "setter f32": lambda: setters["alpha"](1.0),
     }
     found = {name: host_us_per_call([fn], calls=PIECE_CALLS) for name, fn in pieces.items()}
     found["cuLaunchKernel"] = host_us_per_call([lambda: raw.launch(stream)])

@@ -10,24 +10,30 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from deepgemm import results
-from deepgemm.bench import bench_variants
-from deepgemm.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
 from lab import RESULTS_DIR, coalescer, gpc, rounds, sweeps
+from tutorial import results
+from tutorial.bench import bench_variants
+from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
 
-COMMANDS = {  # record -> the command that writes it
+GONE = results.COMMAND_GONE  # how COMMANDS marks a record that nothing here can write again
+COMMANDS = {  # record -> the command that writes it, or the one that wrote it, where and why it is gone
     **{name: f"python -m lab sweep {name} --record" for name in sweeps.SWEEPS},
     "coalescer": "python -m lab coalescer --record",
     "gpc_map": "python -m lab coalescer --record",
     "gpc_placement": "python -m lab gpc --record",
-    "v5_hiding": "python -m lab.v5_hiding --record, at commit c44a640 (git show c44a640:lab/v5_hiding.py)",
-    "v5_cluster_n": 'python -m lab.rounds --variants "CLUSTER_N=1;CLUSTER_N=2" --record v5_cluster_n',
+    "v5_gpc": "python -m deepgemm bench --suite v5_gpc --record at commit ba931e2, while v5 took a GPC slot "
+    f"table (GPC_SLOTS); {GONE} (lab/README.md)",
+    "v5_hiding": "python -m lab.v5_hiding --record at commit c44a640 (git show c44a640:lab/v5_hiding.py), whose "
+    f"v5 had the switches it compares; {GONE}",
+    "v5_cluster_n": 'python -m lab.rounds --variants "CLUSTER_N=1;CLUSTER_N=2" --record v5_cluster_n at commit '
+    f"416080e, while v5 had CLUSTER_N; {GONE} (v5 has none now): with --stage library it times the same "
+    "settings of the library kernel",
 }
 
 
 def show(name: str, summary: Callable[[list[dict]], list[str]] | None = None) -> int:
     """A lab record, as runner.show_recorded prints a project record."""
-    command = COMMANDS.get(name, "(no command writes it any more: see lab/README.md)")
+    command = COMMANDS.get(name, f"no command is known for it: {GONE} (lab/README.md)")
     show_recorded(name, summary, directory=RESULTS_DIR, command=command)
     return 0
 
@@ -93,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--record", action="store_true", help="write lab/results/h200/<sweep>.json")
     add_problem_args(sweep)
     sweep.set_defaults(run=cmd_sweep)
-    shown = sub.add_parser("show", help="print a record of lab/results/h200/ (v5_gpc: no command writes it now)")
+    shown = sub.add_parser("show", help="print a record of lab/results/h200/, with the command that writes it")
     shown.add_argument("name", help="a record in lab/results/h200/, without .json")
     shown.set_defaults(run=cmd_show)
     probe = sub.add_parser("coalescer", help="which SMs' identical L2 reads are merged (Nsight Compute)")

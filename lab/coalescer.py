@@ -24,9 +24,9 @@ from typing import Any
 import cupy
 
 from deepgemm.jit import BASE_OPTIONS, device_arch
-from deepgemm.profile import ncu_binary, parse_ncu_rows, run_ncu
 from lab import gpc
 from lab.gpc import HOLD_SMEM_BYTES, group_index
+from tutorial.profile import ncu_binary, parse_ncu_rows, run_ncu
 
 SOURCE = Path(__file__).with_name("coalescer.cu")
 CHUNK_BYTES = 16 * 1024  # one bulk copy

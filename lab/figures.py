@@ -1,4 +1,4 @@
-"""The lab's figures: recorded probe rows in, a matplotlib Figure out (as deepgemm.figures)."""
+"""The lab's figures: recorded probe rows in, a matplotlib Figure out (as tutorial.figures)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
-from deepgemm.figures import empty_figure
-from deepgemm.tables import Row
+from tutorial.figures import empty_figure
+from tutorial.tables import Row
 
 
 def coalescer_plot(rows: Sequence[Row]) -> Figure:

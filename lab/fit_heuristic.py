@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 from unittest import mock
 
-from deepgemm import heuristic, results
+from deepgemm import heuristic
+from tutorial import results
 
 
 def regrets(rows: list[dict]) -> float:

@@ -25,8 +25,8 @@ from typing import Any
 import cupy
 
 from deepgemm.jit import BASE_OPTIONS, define_options, device_arch
-from deepgemm.launch import device_limits
 from deepgemm.model import ceil_div
+from tutorial.launch import device_limits
 
 SOURCE = Path(__file__).with_name("gpc.cu")
 HOLD_SMEM_BYTES = 200 * 1024  # more than half an SM's shared memory: at most one CTA per SM

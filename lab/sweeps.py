@@ -1,7 +1,7 @@
 """v5 under settings it does not ship with, each beside v5 as it ships and cuBLAS: what each choice is worth.
 
-Each sweep is a set of named ways to plan v5; `deepgemm.bench.bench_variants` verifies and times them in one
-run. The row names carry the setting ('v5_fused GROUP_M=1'), as the records and `deepgemm.tables`
+Each sweep is a set of named ways to plan v5; `tutorial.bench.bench_variants` verifies and times them in one
+run. The row names carry the setting ('v5_fused GROUP_M=1'), as the records and `tutorial.tables`
 expect, the one v5 ships with first.
 """
 
@@ -13,10 +13,11 @@ from functools import partial
 
 import cupy
 
-from deepgemm import stages
-from deepgemm.ablation import v5_with_tiles
 from deepgemm.config import GemmConfig
-from deepgemm.launch import KernelLaunch, max_active_clusters
+from deepgemm.driver import max_active_clusters
+from tutorial import stages
+from tutorial.ablation import v5_with_tiles
+from tutorial.launch import KernelLaunch
 
 STAGE = "v5_fused"
 SWEEPS = {
@@ -37,7 +38,7 @@ def one_cta_per_sm(a: cupy.ndarray, b: cupy.ndarray) -> KernelLaunch:
     """v5's plan with its persistent grid widened to as many clusters as fit on the GPU at once (capped at
     the cluster tiles), instead of the fewest that finish in as many rounds."""
     launch, tiles, cluster_m = v5_with_tiles(a, b)
-    slots = max_active_clusters(launch.kernel, launch.block[0], launch.shared_mem, cluster_m)
+    slots = max_active_clusters(launch.kernel.kernel.ptr, cluster_m, launch.block[0], launch.shared_mem)
     return dataclasses.replace(launch, grid=(min(tiles, slots) * cluster_m,))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import cupy
 
 import deepgemm
-from deepgemm.check import random_problem
+from tutorial.check import random_problem
 
 M = N = K = 2048
 

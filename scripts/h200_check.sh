@@ -15,5 +15,5 @@ for stage in v0 v1 v2 v3 v4 v5; do
 done
 timeout 120 python3 -m pytest tests/test_gpu_stages.py -q -k "torch or poison or unwritten" -p no:cacheprovider 2>&1 \
   | tail -5 | tee -a "$OUT/gpu_tests.log"
-timeout 400 python3 -m deepgemm bench --stages "$STAGES" "$@" 2>&1 | tee "$OUT/bench.log"
+timeout 400 python3 -m tutorial bench --stages "$STAGES" "$@" 2>&1 | tee "$OUT/bench.log"
 grep -E "^== |passed|failed" "$OUT/gpu_tests.log"

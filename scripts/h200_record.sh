@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The recording runs, parts that each fit one device call:
 #   scripts/h200_record.sh bench    progression (4096^3, 8192^3; with v5 and cuBLAS alternated six times each),
-#                                   raster and epilogue suites, the lab's v5_grid sweep, then the GPU tests
+#                                   the epilogue suite, the lab's v5_grid sweep, then the GPU tests
 #   scripts/h200_record.sh progression  the progression and its pairs alone, then the GPU tests
+#   scripts/h200_record.sh smoke    a few GPU tests of v5, the library and the call, then v5 and cuBLAS in two pairs
+#   scripts/h200_record.sh sanitize compute-sanitizer on v3-v5 and on the library kernel where a CTA runs several
+#                                   tiles, with split-K and with swap AB (sanitizer.txt, sanitizer_library.txt)
+#   scripts/h200_record.sh callhost the library call's host side against the tree in .old (lab's call_host.json)
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
 #                                   the lab's v5_cluster and v5_group_m sweeps
 #   scripts/h200_record.sh call     the call suite (deepgemm.gemm beside torch.matmul, every layout, host us per
@@ -52,16 +56,33 @@ gpu_tests() {
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
 if [ "$part" = bench ]; then  # the tests last: one of them checks that the kernels are the recorded ones
-  python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
-  python3 -m deepgemm bench --suite raster --shapes 4096 --dtype both --record 2>&1 | tail -8
-  python3 -m deepgemm bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
+  python3 -m tutorial bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
+  python3 -m tutorial bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
   python3 -m lab sweep v5_grid --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   gpu_tests
+elif [ "$part" = smoke ]; then
+  timeout 300 python3 -m pytest tests/test_gpu_call.py tests/test_gpu_stages.py tests/test_gpu_library.py -x -q -rfE \
+    -p no:cacheprovider -k "one_plan or split_k_plans or undescribable or tma_cannot or v5_ or checks_its_config or swap_ab_fuses" 2>&1 | tail -25
+  timeout 200 python3 -m tutorial bench --suite pairs --shapes 4096 --dtype fp16 --settle 0.5 2>&1 | tail -6
+elif [ "$part" = sanitize ]; then
+  STAGES=v3,v4,v5 timeout 250 bash scripts/sanitize.sh results/h200/sanitizer.txt
+  # The library kernel: 64-row tiles at 1024 x 1024 (two rounds of tiles per CTA), split-K 4 over four rounds
+  # of units, swap AB with split-K at an odd M, and the default 128 x 256 tiles in clusters of two
+  STAGES=library SHAPES=1024x1024x256 KNOBS=BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1 timeout 200 \
+    bash scripts/sanitize.sh results/h200/sanitizer_library.txt
+  for spec in "256x2048x1024 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1,SPLIT_K=4" \
+              "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
+              "1024x2048x256 CLUSTER_M=2"; do
+    set -- $spec
+    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=1 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer_library.txt
+  done
+elif [ "$part" = callhost ]; then
+  timeout 300 python3 -m lab.call_host --against .old --record 2>&1 | tail -12
 elif [ "$part" = progression ]; then
-  python3 -m deepgemm bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
+  python3 -m tutorial bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
   gpu_tests
 elif [ "$part" = pairs ]; then
-  python3 -m deepgemm bench --suite pairs --shapes 4096,8192 --dtype both --record 2>&1 | tail -8
+  python3 -m tutorial bench --suite pairs --shapes 4096,8192 --dtype both --record 2>&1 | tail -8
   gpu_tests
 elif [ "$part" = coalescer ]; then
   timeout 300 python3 -m lab coalescer --record 2>&1 | tail -24
@@ -70,11 +91,11 @@ elif [ "$part" = gpc ]; then
   timeout 120 python3 -m lab gpc --record 2>&1 | tail -6
   gpu_tests
 elif [ "$part" = shapes ]; then
-  timeout 560 python3 -m deepgemm bench --suite shapes --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
+  timeout 560 python3 -m tutorial bench --suite shapes --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
 elif [ "$part" = autotune ]; then
-  timeout 560 python3 -m deepgemm autotune --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
+  timeout 560 python3 -m tutorial autotune --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
 elif [ "$part" = stability ]; then
-  timeout 300 python3 -m deepgemm stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
+  timeout 300 python3 -m tutorial stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
 elif [ "$part" = kernels ]; then
   { echo "# ncu on scripts/gemm_kernels.py: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
@@ -83,20 +104,20 @@ elif [ "$part" = kernels ]; then
   } > results/h200/gemm_kernels.txt
   cat results/h200/gemm_kernels.txt
 elif [ "$part" = source ]; then
-  timeout 500 python3 -m deepgemm profile --source --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -90
+  timeout 500 python3 -m tutorial profile --source --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -90
 elif [ "$part" = timeline ]; then
-  timeout 200 python3 -m deepgemm timeline --stages v4,v5 --m 4096 --dtype fp16 --record 2>&1 | tail -20
+  timeout 200 python3 -m tutorial timeline --stages v4,v5 --m 4096 --dtype fp16 --record 2>&1 | tail -20
   timeout 200 python3 -m pytest tests/test_timeline.py -q -rfE -p no:cacheprovider 2>&1 | tail -5
 elif [ "$part" = timeline-ablation ]; then
-  { echo "# python -m deepgemm timeline --m 4096 --dtype fp16 --stages v4 --knobs BOX_K=8, then --stages v5" \
+  { echo "# python -m tutorial timeline --m 4096 --dtype fp16 --stages v4 --knobs BOX_K=8, then --stages v5" \
       "--knobs WGMMA_IN_FLIGHT=0, on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
-    timeout 100 python3 -m deepgemm timeline --stages v4 --m 4096 --dtype fp16 --knobs BOX_K=8 2>&1
-    timeout 100 python3 -m deepgemm timeline --stages v5 --m 4096 --dtype fp16 --knobs WGMMA_IN_FLIGHT=0 2>&1
+    timeout 100 python3 -m tutorial timeline --stages v4 --m 4096 --dtype fp16 --knobs BOX_K=8 2>&1
+    timeout 100 python3 -m tutorial timeline --stages v5 --m 4096 --dtype fp16 --knobs WGMMA_IN_FLIGHT=0 2>&1
   } > results/h200/timeline_ablation.txt
   cat results/h200/timeline_ablation.txt
 elif [ "$part" = ablation ]; then
-  timeout 560 python3 -m deepgemm bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
+  timeout 560 python3 -m tutorial bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
 elif [ "$part" = nbval ]; then
   [ "${NBVAL:-1}" = 1 ] && { echo "# make nbval WHEELS=.whl (live: every if-LIVE cell runs) on" \
       "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(date -u '+%Y-%m-%d %H:%M UTC')," \
@@ -110,14 +131,14 @@ elif [ "$part" = nbval ]; then
 elif [ "$part" = tests ]; then
   gpu_tests
 elif [ "$part" = call ]; then
-  timeout 330 python3 -m deepgemm bench --suite call --record 2>&1 | tail -100
+  timeout 330 python3 -m tutorial bench --suite call --record 2>&1 | tail -100
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -25
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
   gpu_tests
   STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
   python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
 else
-  timeout 300 python3 -m deepgemm profile --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -8
+  timeout 300 python3 -m tutorial profile --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -8
   STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh results/h200/sanitizer.txt
   python3 -m lab sweep v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10

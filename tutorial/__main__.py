@@ -1,7 +1,7 @@
-"""python -m deepgemm: see deepgemm.cli."""
+"""python -m tutorial: see tutorial.cli."""
 
 import sys
 
-from deepgemm.cli import main
+from tutorial.cli import main
 
 sys.exit(main())

@@ -18,11 +18,11 @@ from typing import Any
 
 import cupy
 
-from deepgemm import stages
-from deepgemm.bench import Workload, cublas_row, measure
 from deepgemm.config import GemmConfig
 from deepgemm.model import cluster_tiles
-from deepgemm.profile import SHARED_OPS, profile_stage, top_stalls
+from tutorial import stages
+from tutorial.bench import Workload, cublas_row, measure
+from tutorial.profile import SHARED_OPS, profile_stage, top_stalls
 
 GELU_TANH = "gelu_tanh"
 DEFAULT_SIZE = 4096  # M = N = K of every stage's ablation but v0's

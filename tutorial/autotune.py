@@ -1,11 +1,14 @@
-"""The autotune table: measured best v5 configurations per GPU, dtype and shape, and the run that makes it.
+"""The autotune table: the library kernel's best configurations per GPU, dtype and shape, and the run that
+measures them.
 
-`python -m deepgemm autotune --shapes ... --dtype both --record` takes the cost model's cheapest candidates
-(`heuristic.candidates`) and v5's default for each shape, verifies each against the float64 reference on
-NaN-poisoned output, times the ones that pass (`timing.device_us_per_call`: GPU time per call with the
-launch queue held full, so that the host's time per call does not hide the kernels'), and writes
-results/<gpu>/autotune.json. `deepgemm.gemm` without a config looks its problem up there first
-(`heuristic.pick_config`) and falls back to the model's pick.
+`python -m tutorial autotune --shapes ... --dtype both --record` takes the cost model's cheapest candidates
+(`heuristic.candidates`) and the kernel's default for each shape, runs each through the library call
+(`deepgemm.gemm` with that config), verifies it against the float64 reference on NaN-poisoned output,
+times the ones that pass (`timing.device_us_per_call`: GPU time per call with the launch queue held full,
+so that the host's time per call does not hide the kernel's), and writes the record with every
+candidate's time to results/<gpu>/autotune.json and the table the package ships (each shape's best) to
+deepgemm/kernels/tables/<gpu>/autotune.json. `deepgemm.gemm` without a config looks its problem up there
+first (`heuristic.pick_config`) and falls back to the model's pick.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ from typing import Any
 
 import cupy
 
-from deepgemm import heuristic, results
-from deepgemm.bench import Workload
-from deepgemm.check import verify
+from deepgemm import heuristic
 from deepgemm.config import GemmConfig
-from deepgemm.heuristic import TABLE_NAME, config_fields, config_name, problem_key, table
-from deepgemm.launch import device_limits
-from deepgemm.stages import load
-from deepgemm.timing import device_us_per_call
+from deepgemm.driver import device_limits
+from deepgemm.heuristic import TABLE_NAME, config_fields, config_name, problem_key, table, table_path
+from deepgemm.plan import DEFAULTS
+from tutorial import library, results
+from tutorial.bench import Workload
+from tutorial.check import verify
+from tutorial.timing import device_us_per_call
 
-CANDIDATES = 8  # the model's cheapest, timed; v5's default is timed besides
+CANDIDATES = 8  # the model's cheapest, timed; the kernel's default is timed besides
 # One timing each can crown the wrong candidate among close ones (run-to-run spread is 1 to 3%): the
 # fastest few within FINAL_MARGIN of the best are timed FINAL_ROUNDS more times, in turn, and ranked by the
 # median of their timings.
@@ -37,8 +41,8 @@ TUNED_LAYOUT = ("mk", "nk")  # x (M, K) and a weight stored (N, K), as torch.nn.
 
 
 def candidate_configs(m: int, n: int, k: int, sm_count: int, count: int = CANDIDATES) -> dict[str, GemmConfig]:
-    """The configurations autotune times: the model's `count` cheapest and v5's default, by name."""
-    default = GemmConfig().merged_over(load("v5_fused").DEFAULTS)
+    """The configurations autotune times: the model's `count` cheapest and the kernel's default, by name."""
+    default = GemmConfig().merged_over(DEFAULTS)
     picked = [c.config() for c in heuristic.candidates(m, n, k, sm_count)[:count]]
     return {config_name(cfg): cfg for cfg in [*picked, default]}
 
@@ -47,13 +51,12 @@ def tune_shape(
     m: int, n: int, k: int, dtype_name: str, *, log: Callable[[str], None] = print, progress: Any = None
 ) -> dict[str, Any]:
     """Verify and time every candidate at one shape and dtype: the table's row, with every candidate's time."""
-    v5 = load("v5_fused")
-    sm_count = device_limits(cupy.cuda.Device().id)["sm_count"]
+    sm_count = device_limits(cupy.cuda.Device().id).sm_count
     work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
     timed, plans = [], {}
     for name, cfg in candidate_configs(m, n, k, sm_count).items():
         try:
-            launches = [v5.plan(a, b, config=cfg) for a, b in work.problems]
+            launches = [library.plan(a, b, config=cfg) for a, b in work.problems]
         except ValueError as error:  # a config this problem cannot take (too many slices of a short K)
             timed.append({"name": name, "config": config_fields(cfg), "passed": False, "error": str(error)})
             continue
@@ -116,7 +119,8 @@ def tune(
 
 def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:
     """Merge `rows` into results/<gpu>/autotune.json: a row per (dtype, m, n, k), this run's replacing an
-    older one; "runs" keeps every run's provenance, "provenance" the latest."""
+    older one; "runs" keeps every run's provenance, "provenance" the latest. Then write the package's table
+    from it (`write_package_table`)."""
     directory = results.gpu_directory(prov["gpu"])
     path = directory / f"{TABLE_NAME}.json"
     old = json.loads(path.read_text()) if path.is_file() else {"rows": [], "runs": []}
@@ -124,5 +128,23 @@ def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:
     run = prov["date"]
     merged = [r for r in old["rows"] if problem_key(r) not in new_keys] + [{**r, "run": run} for r in rows]
     saved = results.save(TABLE_NAME, merged, prov, directory, extra={"runs": [*old.get("runs", []), prov]})
-    table.cache_clear()
+    write_package_table(results.load(TABLE_NAME, directory), table_path(prov["gpu"]))
     return saved
+
+
+PACKAGE_FIELDS = ("dtype", "m", "n", "k", "config", "name", "us")  # what the library reads of a record's row
+
+
+def package_table(record: dict[str, Any]) -> dict[str, Any]:
+    """The table the package ships, from an autotune record: each row's best config and its time, under the
+    record's provenance (the run, its GPU and commit)."""
+    rows = [{f: r[f] for f in PACKAGE_FIELDS} for r in sorted(record["rows"], key=problem_key)]
+    source = results.gpu_directory(record["provenance"]["gpu"]) / f"{TABLE_NAME}.json"
+    return {"provenance": record["provenance"], "record": source.relative_to(results.REPO).as_posix(), "rows": rows}
+
+
+def write_package_table(record: dict[str, Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(package_table(record), indent=1) + "\n")
+    table.cache_clear()
+    return path

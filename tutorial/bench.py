@@ -1,6 +1,6 @@
 """Benchmark suites: workloads of rotating input sets, the cuBLAS baseline, and the suites the CLI runs.
 
-Every row is verified first (on NaN-poisoned output) and then timed (`deepgemm.timing`). Input sets rotate
+Every row is verified first (on NaN-poisoned output) and then timed (`tutorial.timing`). Input sets rotate
 so that a batch does not run out of the 60 MB L2. cuBLAS is timed by the same function in the same run;
 `bench_pairs` alternates it with a stage to measure a small gap with its spread.
 """
@@ -9,21 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import cupy
 
-from deepgemm import stages
-from deepgemm.api import LIBRARY_STAGE
-from deepgemm.check import Reference, random_problem, reference, verify
-from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
 from deepgemm.model import ceil_div
-from deepgemm.stages import CUBLAS
-from deepgemm.timing import settle, time_launches, timing_fields
+from tutorial import stages
+from tutorial.check import Reference, random_problem, reference, verify
+from tutorial.stages import CUBLAS
+from tutorial.timing import settle, time_launches, timing_fields
 
 L2_BYTES = 60 * 2**20
+EPILOGUE_STAGE = "v5_fused"  # the stage that teaches the fused epilogue
 
 
 def input_sets_needed(bytes_per_set: int, l2_bytes: int = L2_BYTES, at_most: int = 8) -> int:
@@ -193,36 +191,18 @@ def bench_shape(stage_list: Sequence[str], *args: object, **kwargs: object) -> l
     return bench_variants({stage: stages.load(stage).plan for stage in stage_list}, *args, **kwargs)
 
 
-def bench_configs(
-    stage: str,
-    configs: dict[str, GemmConfig],
-    m: int,
-    n: int,
-    k: int,
-    dtype_name: str,
-    *,
-    settle_s: float = 1.0,
-    log: Callable[[str], None] = print,
-) -> list[dict[str, object]]:
-    """One stage under several GemmConfigs (e.g. v4 with and without the grouped tile order), each row
-    named '<stage> <name>'."""
-    launcher = stages.load(stage)
-    variants = {f"{stage} {name}": partial(launcher.plan, config=config) for name, config in configs.items()}
-    return bench_variants(variants, m, n, k, dtype_name, settle_s=settle_s, log=log)
-
-
 def bench_epilogue(
     m: int, n: int, k: int, dtype_name: str, *, settle_s: float = 1.0, log: Callable[[str], None] = print
 ) -> list[dict[str, object]]:
     """v5 plain and with bias + GELU(tanh) beside cuBLAS and cuBLASLt's own fused bias + GELU epilogue."""
-    v5 = stages.load(LIBRARY_STAGE)
+    v5 = stages.load(EPILOGUE_STAGE)
     plain = Workload.make(m, n, k, dtype_name)
     fused = Workload.make(m, n, k, dtype_name, bias=True, activation="gelu_tanh")
     baseline = cublas_row(plain, settle_s, log)
     rows = [
-        measure(LIBRARY_STAGE, plain, [v5.plan(a, b) for a, b in plain.problems], settle_s=settle_s),
+        measure(EPILOGUE_STAGE, plain, [v5.plan(a, b) for a, b in plain.problems], settle_s=settle_s),
         measure(
-            f"{LIBRARY_STAGE} +bias +gelu_tanh",
+            f"{EPILOGUE_STAGE} +bias +gelu_tanh",
             fused,
             [v5.plan(a, b, bias=fused.bias, activation="gelu_tanh") for a, b in fused.problems],
             settle_s=settle_s,

@@ -7,7 +7,7 @@ verified against the float64 reference, then timed per call (CUDA events around 
 calls, the median: `call_us`); `torch.matmul` on the same memory (torch views through DLPack for CuPy
 inputs) is verified and timed alike in the same row, the order of the two swapped from one row to the
 next so that neither always meets the cooler card. Then each one's host time per cached call
-(`timing.host_us_per_call`). The first call in a fresh process is `deepgemm.first_call`'s.
+(`timing.host_us_per_call`). The first call in a fresh process is `tutorial.first_call`'s.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 
 import deepgemm
 from deepgemm.api import config_of
-from deepgemm.autotune import TUNED_LAYOUT
-from deepgemm.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
 from deepgemm.heuristic import config_name
 from deepgemm.model import HBM_TBS
-from deepgemm.timing import device_us_per_call, host_us_per_call
+from tutorial.autotune import TUNED_LAYOUT
+from tutorial.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
+from tutorial.timing import device_us_per_call, host_us_per_call
 
 FRAMEWORKS = ("torch", "cupy")
 LAYOUT_PAIRS = tuple(product(A_LAYOUTS, B_LAYOUTS))

@@ -15,6 +15,7 @@ poisoned with NaN before every checked run, so an element the kernel never wrote
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,8 +24,25 @@ import cupy
 import numpy as np
 
 from deepgemm.dtypes import FLOAT32
-from deepgemm.epilogue import apply_activation
+from deepgemm.epilogue import activation_name
 from deepgemm.operands import as_device_array
+
+
+def apply_activation(x: cupy.ndarray, activation: str | None) -> cupy.ndarray:
+    """The activation in the precision of `x` (the reference runs it in float64)."""
+    name = activation_name(activation)
+    if name == "none":
+        return x
+    if name == "relu":
+        return cupy.maximum(x, 0)
+    if name == "gelu_tanh":
+        return 0.5 * x * (1 + cupy.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    if name == "gelu_erf":
+        from cupyx.scipy.special import erf  # heavy (SciPy's special functions): only for the erf form
+
+        return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    return x / (1 + cupy.exp(-x))  # silu
+
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
 ABS_FLOOR = 1e-6  # below float16's smallest normal (6.1e-5) times its roundoff: room for subnormals

@@ -1,19 +1,20 @@
-"""Command line: `python -m deepgemm bench | autotune | table | info | profile | run-once | stability | timeline`,
-`diff`, `figure`.
+"""The tutorial's command line: python -m tutorial bench | autotune | table | figure | info | profile |
+stability | timeline | diff.
 
-The hardware probes and the v5 sweeps are `python -m lab`; a stage runs alone as `python -m stages.<stage>`.
+The hardware probes and the v5 sweeps are `python -m lab`; a stage runs alone as `python -m stages.<stage>`;
+what ncu and compute-sanitizer run is `python -m tutorial.target`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import cupy
-
-from deepgemm import (
+from deepgemm.config import parse_defines
+from tutorial import (
     ablation,
     autotune,
     bench,
@@ -23,16 +24,12 @@ from deepgemm import (
     results,
     source_profile,
     stability,
-    stages,
     tables,
     timeline,
 )
-from deepgemm.check import random_problem
-from deepgemm.config import GemmConfig, parse_defines
-from deepgemm.diff import kernel_diff
-from deepgemm.dtypes import input_dtype
-from deepgemm.profile import profile_stage, top_stalls
-from deepgemm.runner import (
+from tutorial.diff import kernel_diff
+from tutorial.profile import profile_stage, top_stalls
+from tutorial.runner import (
     DEFAULT_SETTLE_S,
     add_problem_args,
     gpu_available,
@@ -40,14 +37,13 @@ from deepgemm.runner import (
     print_rows,
     problems,
     run_command,
-    shapes,
     show_recorded,
 )
-from deepgemm.stages import CUBLAS, parse_stages, stage_name
+from tutorial.stages import CUBLAS, parse_stages, stage_name
+from tutorial.target import profiled_stages
 
 SUITES = {
     "progression": "every stage and cuBLAS",
-    "raster": "v4 with and without the grouped tile order (GROUP_M 8 vs 1)",
     "epilogue": "v5 plain and with bias + GELU, beside cuBLAS and cuBLASLt's fused bias + GELU",
     "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
     "call": "deepgemm.gemm per call beside torch.matmul: torch and CuPy inputs, four layouts, host us per call, "
@@ -56,7 +52,6 @@ SUITES = {
     "ablation": "each stage with its technique switched off (swizzle, stages, GROUP_M, multicast, persistence, "
     "fusion), timed beside cuBLAS and profiled; at 4096^3 (v0 2048^3) unless shapes are given",
 }
-RASTER = ("v4_pipeline_swizzle", "GROUP_M", (8, 1))  # the raster suite: stage, knob, settings (default first)
 PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cuBLAS (`--pairs`)
 # A suite's shapes where neither --shapes nor --m/--n/--k is given, and its --settle where that is not given
 # (DEFAULT_SETTLE_S for the others).
@@ -71,10 +66,6 @@ def run_suite(
     m, n, k = shape
     if suite == "progression":
         return bench.bench_shape(stage_list, m, n, k, dtype, settle_s=settle, log=log)
-    if suite == "raster":
-        stage, knob, settings = RASTER
-        configs = {f"{knob}={v}": GemmConfig(extra={knob: v}) for v in settings}
-        return bench.bench_configs(stage, configs, m, n, k, dtype, settle_s=settle, log=log)
     if suite == "epilogue":
         return bench.bench_epilogue(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "call":
@@ -200,10 +191,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_autotune(args: argparse.Namespace) -> int:
-    """Time the candidate configs per shape and dtype (`deepgemm.autotune`); with --record, merge the best into
+    """Time the candidate configs per shape and dtype (`tutorial.autotune`); with --record, merge the best into
     results/<gpu>/autotune.json (rows of other shapes and dtypes kept, this run's provenance added)."""
     if not gpu_available():
-        record = results.load(autotune.TABLE_NAME, command="python -m deepgemm autotune --record")
+        record = results.load(autotune.TABLE_NAME, command="python -m tutorial autotune --record")
         print(results.recorded_banner(record["provenance"]))
         print(results.format_table(record["rows"], AUTOTUNE_COLUMNS))
         return 0
@@ -270,29 +261,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run_once(args: argparse.Namespace) -> int:
-    """Two launches of one stage on random inputs: the target `profile` hands to ncu."""
-    for stage in profiled_stages(args.stage):
-        for m, n, k in shapes(args):
-            a, b = random_problem(m, n, k, input_dtype(args.dtype), seed=0)
-            if stage == CUBLAS:
-                launch = bench.cublas_launch(a, b, cupy.empty((m, n), dtype=a.dtype))
-            else:
-                knobs = parse_defines(args.knobs)
-                launch = stages.load(stage).plan(a, b, config=GemmConfig.from_defines(knobs) if knobs else None)
-            launch()
-            launch()
-            cupy.cuda.Device().synchronize()
-    return 0
-
-
-def profiled_stages(spec: str) -> list[str]:
-    """Stages as parse_stages reads them, plus "cublas" anywhere in the list (its kernel, profiled alike)."""
-    parts = [part.strip() for part in spec.split(",") if part.strip()]
-    chosen = parse_stages(",".join(p for p in parts if p != CUBLAS)) if parts != [CUBLAS] else []
-    return chosen + ([CUBLAS] if CUBLAS in parts else [])
-
-
 def cmd_profile(args: argparse.Namespace) -> int:
     if args.source:
         return cmd_profile_source(args)
@@ -317,10 +285,10 @@ SOURCE_LINES_SHOWN = 12
 
 def cmd_profile_source(args: argparse.Namespace) -> int:
     """`profile --source`: per kernel.cu line and warp role, where each stage's stall samples sit
-    (`deepgemm.source_profile`); without a GPU, the recorded run's."""
+    (`tutorial.source_profile`); without a GPU, the recorded run's."""
     name = SOURCE_RECORD if args.name == "profile" else args.name
     if not gpu_available():
-        record = results.load(name, command="python -m deepgemm profile --source --record")
+        record = results.load(name, command="python -m tutorial profile --source --record")
         print(results.recorded_banner(record["provenance"]))
         rows = record["rows"]
     else:
@@ -347,7 +315,8 @@ SOURCE_LINE_COLUMNS = (
 
 
 def cmd_stability(args: argparse.Namespace) -> int:
-    """A stage for a while on one stream and then on several, every output compared bit for bit."""
+    """A stage (or the library call, `--stage library`) for a while on one stream and then on several, every
+    output compared bit for bit."""
     if not gpu_available():
         show_recorded("stability", stability.summary_lines)
         return 0
@@ -375,7 +344,7 @@ def timeline_lines(rows: list[dict]) -> list[str]:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    """v4's or v5's pipeline over time from in-kernel clock stamps (`deepgemm.timeline`); without a GPU the
+    """v4's or v5's pipeline over time from in-kernel clock stamps (`tutorial.timeline`); without a GPU the
     recorded run's summary."""
     knobs = parse_defines(args.knobs)
     if knobs and args.record:
@@ -395,13 +364,22 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def suites_help() -> str:
+    """The bench command's list of suites, one entry per suite, wrapped."""
+    lines = ["suites:"]
+    for name, what in SUITES.items():
+        lines += textwrap.wrap(what, 96, initial_indent=f"  {name:<12}", subsequent_indent=" " * 14)
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deepgemm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tutorial", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    bench_cmd = sub.add_parser("bench", help="verify and time the stages beside cuBLAS")
+    bench_cmd = sub.add_parser("bench", help="verify and time the stages beside cuBLAS", epilog=suites_help(),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     bench_cmd.add_argument("--stages", default="all", help="comma-separated, e.g. v0,v1,v2 (default: all)")
     bench_cmd.add_argument("--record", action="store_true", help="write results/<gpu>/<suite>.json (h200 on an H200)")
-    bench_cmd.add_argument("--suite", choices=tuple(SUITES), default="progression", help=str(SUITES))
+    bench_cmd.add_argument("--suite", choices=tuple(SUITES), default="progression", help="what to run (below)")
     bench_cmd.add_argument(
         "--pairs", type=int, default=6, help="progression only: then v5 and cuBLAS alternated this many times (0: not)"
     )
@@ -410,8 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_problem_args(bench_cmd, settle=None)
     bench_cmd.set_defaults(run=cmd_bench)
-    tune = sub.add_parser("autotune", help="time v5's candidate configs per shape: the table deepgemm.gemm reads")
-    tune.add_argument("--record", action="store_true", help="merge into results/<gpu>/autotune.json")
+    tune = sub.add_parser("autotune", help="time the library kernel's candidate configs per shape: its table")
+    tune.add_argument("--record", action="store_true", help="merge into results/<gpu>/autotune.json and the package")
     add_problem_args(tune)
     tune.set_defaults(run=cmd_autotune)
     table = sub.add_parser("table", help="the recorded results as a Markdown table (the README's)")
@@ -432,33 +410,28 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "--source", action="store_true", help="stall samples per SASS instruction and kernel.cu line, by warp role"
     )
-    add_problem_args(profile)
+    add_problem_args(profile, settle=False)
     profile.set_defaults(run=cmd_profile)
-    once = sub.add_parser(
-        "run-once", help="two launches of a stage or of cuBLAS on random inputs: what `profile` runs under ncu"
-    )
-    once.add_argument("--stage", required=True, help="one or more, e.g. v3,v4,v5")
-    once.add_argument("--knobs", default="", help="compile-time knobs over the defaults, e.g. NUM_STAGES=2,GROUP_M=1")
-    add_problem_args(once)
-    once.set_defaults(run=cmd_run_once)
     steady = sub.add_parser(
-        "stability", help="a stage for a while and on several streams, outputs compared bit for bit"
+        "stability", help="a stage or the library call for a while and on several streams, compared bit for bit"
     )
-    steady.add_argument("--stage", default="v5", help="the stage (default: v5)")
+    steady.add_argument(
+        "--stage", default="v5", help="v0 ... v5 (default: v5), or library: deepgemm.gemm through tutorial.library"
+    )
     steady.add_argument("--seconds", type=float, default=60.0, help="length of the one-stream run")
     steady.add_argument("--streams", type=int, default=4, help="streams launching at once in the second run")
     steady.add_argument("--record", action="store_true", help="write results/<gpu>/stability.json")
-    add_problem_args(steady)
+    add_problem_args(steady, settle=False)
     steady.set_defaults(run=cmd_stability, dtype="fp16")
     line = sub.add_parser("timeline", help="v4's or v5's pipeline over time, from clock stamps in the kernel")
     line.add_argument("--stages", default="v4,v5", help="v4, v5 or both (default)")
     line.add_argument("--knobs", default="", help="NAME=VALUE,... built in beside TIMELINE=1, e.g. BOX_K=8")
     line.add_argument("--record", action="store_true", help="write results/<gpu>/timeline.json")
-    add_problem_args(line)
+    add_problem_args(line, settle=False)
     line.set_defaults(run=cmd_timeline, dtype="fp16")
-    diff = sub.add_parser("diff", help="what a stage changes in the kernel")
-    diff.add_argument("stage")
-    diff.add_argument("--against", default=None, help="default: the previous stage")
+    diff = sub.add_parser("diff", help="what a stage changes in the kernel (library: the library's kernel against v5)")
+    diff.add_argument("stage", help="v1 ... v5, or library")
+    diff.add_argument("--against", default=None, help="default: the previous stage (v5 for the library)")
     diff.set_defaults(run=cmd_diff)
     return parser
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import difflib
 
-from deepgemm.jit import kernel_path
-from deepgemm.stages import STAGES, stage_name
+from tutorial.results import REPO
+from tutorial.stages import LIBRARY, STAGES, kernel_path, stage_name
 
 
 def kernel_diff(stage: str, against: str | None = None) -> list[str]:
-    """`diff -u` of the previous stage's kernel.cu (or `against`'s) and this stage's, as lines."""
+    """`diff -u` of the previous stage's kernel.cu (or `against`'s) and this stage's, as lines; the library's
+    kernel diffs against v5's."""
     new = stage_name(stage)
-    old = STAGES[STAGES.index(new) - 1] if against is None else stage_name(against)
-    old_text, new_text = (kernel_path(s).read_text().splitlines() for s in (old, new))
-    return list(difflib.unified_diff(old_text, new_text, f"{old}/kernel.cu", f"{new}/kernel.cu", lineterm=""))
+    previous = STAGES[-1] if new == LIBRARY else STAGES[STAGES.index(new) - 1]
+    old = previous if against is None else stage_name(against)
+    old_path, new_path = kernel_path(old), kernel_path(new)
+    old_text, new_text = (path.read_text().splitlines() for path in (old_path, new_path))
+    labels = (str(path.relative_to(REPO)) for path in (old_path, new_path))
+    return list(difflib.unified_diff(old_text, new_text, *labels, lineterm=""))
 
 
 def diff_excerpt(stage: str, *keywords: str, context: int = 2, limit: int = 60) -> str:
@@ -36,5 +40,5 @@ def diff_excerpt(stage: str, *keywords: str, context: int = 2, limit: int = 60) 
         out.append(lines[index])
     if len(out) > limit:
         out = [*out[:limit], f"... ({len(out) - limit} more lines)"]
-    out.append(f"(the whole diff: python -m deepgemm diff {stage_name(stage).split('_')[0]})")
+    out.append(f"(the whole diff: python -m tutorial diff {stage_name(stage).split('_')[0]})")
     return "\n".join(out)

@@ -1,7 +1,7 @@
 """The notebooks' figures: recorded rows in, a matplotlib Figure out.
 
 Nothing else in the harness imports this module, so matplotlib (a dev dependency) is needed only where
-figures are drawn. The rows are chosen by `deepgemm.tables`, the arithmetic is `deepgemm.model`'s; each
+figures are drawn. The rows are chosen by `tutorial.tables`, the arithmetic is `deepgemm.model`'s; each
 Figure is made outside pyplot's global state: nothing to close, shown once when a notebook cell returns it.
 """
 
@@ -15,7 +15,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from deepgemm import results, stages, timeline
 from deepgemm.model import (
     HBM_TBS,
     SWIZZLE_ROW_CHUNKS,
@@ -25,9 +24,10 @@ from deepgemm.model import (
     roof_tflops,
     swizzled_chunk,
 )
-from deepgemm.profile import STALL_REASONS
-from deepgemm.stages import CUBLAS, STAGES
-from deepgemm.tables import (
+from tutorial import results, stages, timeline
+from tutorial.profile import STALL_REASONS
+from tutorial.stages import CUBLAS, STAGES
+from tutorial.tables import (
     Row,
     Shape,
     base_stage,
@@ -40,7 +40,7 @@ from deepgemm.tables import (
     variant_key,
     variant_value,
 )
-from deepgemm.timing import PEAK_CLOCK_MHZ, PEAK_TFLOPS
+from tutorial.timing import PEAK_CLOCK_MHZ, PEAK_TFLOPS
 
 
 def stage_color(stage: str) -> str:
@@ -374,7 +374,7 @@ SPAN_COLORS = {"waiting": "0.8", "working": "tab:blue", "between": "tab:cyan", "
 
 
 def pipeline_timeline(rows: Sequence[Row], cta: int = 0, cycles: tuple[int, int] | None = None) -> Figure:
-    """One CTA's timeline (`deepgemm.timeline` rows of one stage and run): a lane per role, its waits in grey
+    """One CTA's timeline (`tutorial.timeline` rows of one stage and run): a lane per role, its waits in grey
     and its work in colour, then a lane per stage of the mbarrier ring, issued (TMA issued, not yet taken
     by consumer 0) and in use (taken, not yet handed back by both consumers). `cycles`: the first and last
     clock cycle drawn."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from deepgemm.results import REPO
+from tutorial.results import REPO
 
 SHAPE = (4096, 4096, 4096)
 DTYPE = "fp16"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepgemm.jit import kernel_path
 from deepgemm.model import ceil_div, round_up
+from tutorial.stages import kernel_path
 
 # ---- a line taken out of a stage --------------------------------------------------------------------
 

@@ -11,11 +11,11 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 from typing import Any
 
-from deepgemm.results import REPO
-from deepgemm.stages import CUBLAS
+from tutorial.results import REPO
+from tutorial.stages import CUBLAS
+from tutorial.target import command as target_command
 
 STALL_REASONS = (
     "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss", "lg_throttle",
@@ -69,22 +69,15 @@ def ncu_binary() -> str:
 
 def ncu_command(stage: str, m: int, n: int, k: int, dtype: str, knobs: str = "") -> list[str]:
     """ncu on one launch of `gemm_kernel`, or of cuBLAS's kernel for stage "cublas" (the second launch: the
-    first may include module loading); `knobs` as `run-once --knobs` takes them."""
+    first may include module loading); `knobs` (e.g. "NUM_STAGES=2") over the stage's defaults."""
     ncu = ncu_binary()
-    target = run_once_target(stage, m, n, k, dtype, knobs)
+    target = target_command(stage, m, n, k, dtype, knobs)
     return [
         ncu, "--clock-control", "none", "--csv", "--page", "raw",
         "--kernel-name", CUBLAS_KERNELS if stage == CUBLAS else "gemm_kernel",
         "--launch-skip", "1", "--launch-count", "1",
         "--metrics", ",".join(METRICS.values()), *target,
     ]  # fmt: skip
-
-
-def run_once_target(stage: str, m: int, n: int, k: int, dtype: str, knobs: str = "") -> list[str]:
-    """The command ncu profiles: two launches of the stage (or cuBLAS) in a fresh interpreter, with `knobs`
-    (e.g. "NUM_STAGES=2") over the stage's defaults."""
-    target = [sys.executable, "-m", "deepgemm", "run-once", "--stage", stage, "--m", str(m), "--n", str(n)]
-    return [*target, "--k", str(k), "--dtype", dtype, *(["--knobs", knobs] if knobs else [])]
 
 
 def parse_ncu_rows(text: str) -> list[dict[str, float | str]]:
@@ -129,7 +122,7 @@ def profile_stage(
 
 def run_ncu(command: list[str], timeout_s: float, env: dict[str, str] | None = None) -> str:
     """Run an ncu command line (with `env` added to this process's environment) from the repository, so that
-    a profiled `python -m deepgemm` imports this checkout wherever the caller runs (a notebook runs in
+    the profiled `python -m tutorial.target` imports this checkout wherever the caller runs (a notebook runs in
     notebooks/), and return its standard output, or a RuntimeError with the tail of both streams."""
     full_env = None if env is None else {**os.environ, **env}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=full_env, cwd=REPO)

@@ -10,7 +10,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -21,14 +20,15 @@ from typing import Any
 
 import cupy
 
+from deepgemm.heuristic import gpu_slug
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "results" / "h200"  # the reference records, what a reader without a GPU sees
 
 
 def gpu_directory(gpu: str, root: Path = REPO / "results") -> Path:
     """Where a GPU's records go: 'NVIDIA H200' -> results/h200, 'NVIDIA H100 80GB HBM3' -> results/h100-80gb-hbm3."""
-    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"^nvidia\s+", "", gpu.strip().lower())).strip("-")
-    return root / (slug or "unknown-gpu")
+    return root / gpu_slug(gpu)
 
 
 def git_commit() -> str:
@@ -52,9 +52,11 @@ def git_commit() -> str:
 
 
 def source_digest() -> str:
-    """SHA-256 over the harness and stage sources (kernels and launchers), in path order."""
+    """SHA-256 over the library, the harness and the stages (kernels and launchers), in path order."""
     digest = hashlib.sha256()
-    for path in sorted([*REPO.glob("deepgemm/*.py"), *REPO.glob("stages/*/*.cu"), *REPO.glob("stages/*/*.py")]):
+    paths = [*REPO.glob("deepgemm/*.py"), *REPO.glob("deepgemm/kernels/*.cu"), *REPO.glob("tutorial/*.py"),
+             *REPO.glob("stages/*/*.cu"), *REPO.glob("stages/*/*.py")]  # fmt: skip
+    for path in sorted(paths):
         digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -114,9 +116,10 @@ def save(
     return path
 
 
+COMMAND_GONE = "the command no longer exists"  # how a record's command is marked where nothing can run it again
 RECORDING_COMMANDS = {  # records not written by a bench suite of their name
-    "stability": "python -m deepgemm stability --record",
-    "timeline": "python -m deepgemm timeline --record",
+    "stability": "python -m tutorial stability --record",
+    "timeline": "python -m tutorial timeline --record",
 }
 
 
@@ -125,8 +128,8 @@ def recording_command(name: str) -> str:
     if name in RECORDING_COMMANDS:
         return RECORDING_COMMANDS[name]
     if name.startswith("profile"):
-        return f"python -m deepgemm profile --record --name {name}"
-    return f"python -m deepgemm bench --suite {name} --record"
+        return f"python -m tutorial profile --record --name {name}"
+    return f"python -m tutorial bench --suite {name} --record"
 
 
 def load(name: str, directory: Path = RESULTS_DIR, command: str | None = None) -> dict[str, Any]:
@@ -141,11 +144,21 @@ def load(name: str, directory: Path = RESULTS_DIR, command: str | None = None) -
     return record
 
 
-def recorded_banner(prov: dict[str, Any]) -> str:
-    """The first line shown wherever recorded numbers stand in for a live run."""
+def gpu_available() -> bool:
+    """Whether CUDA sees a GPU here (without one, commands print the recorded results instead)."""
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return False
+
+
+def recorded_banner(prov: dict[str, Any], live: bool | None = None) -> str:
+    """The first line shown above recorded numbers: where and when they were recorded, and, where no GPU
+    is here to measure live (`live`, asked of CUDA when None), that it says so."""
+    live = gpu_available() if live is None else live
     return (
-        f"RECORDED results (no GPU here): {prov['gpu']}, driver {prov['driver']}, CUDA {prov['cuda']}, "
-        f"{prov['date']}, commit {prov['commit'][:12]}"
+        f"RECORDED results{'' if live else ' (no GPU here)'}: {prov['gpu']}, driver {prov['driver']}, "
+        f"CUDA {prov['cuda']}, {prov['date']}, commit {prov['commit'][:12]}"
     )
 
 

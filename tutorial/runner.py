@@ -1,6 +1,6 @@
 """What every command line shares: the problem arguments, printing rows or a record, and a stage's runner.
 
-`python -m stages.<stage>` runs `run_stage`; `python -m deepgemm` (deepgemm.cli) and `python -m lab` build
+`python -m stages.<stage>` runs `run_stage`; `python -m tutorial` (tutorial.cli) and `python -m lab` build
 their commands from the same pieces.
 """
 
@@ -11,22 +11,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import cupy
-
-from deepgemm import results
-from deepgemm.bench import bench_shape
+from tutorial import results
+from tutorial.bench import bench_shape
+from tutorial.results import gpu_available
 
 DEFAULT_SHAPE = 4096
 DEFAULT_SETTLE_S = 1.0
 Shape = tuple[int, int, int]
-
-
-def gpu_available() -> bool:
-    """Whether CUDA sees a GPU here (without one, commands print the recorded results instead)."""
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except cupy.cuda.runtime.CUDARuntimeError:
-        return False
 
 
 def parse_shape(text: str) -> Shape:
@@ -39,16 +30,19 @@ def parse_shape(text: str) -> Shape:
     return parts[0], parts[1], parts[2]
 
 
-def add_problem_args(parser: argparse.ArgumentParser, settle: float | None = DEFAULT_SETTLE_S) -> None:
+def add_problem_args(parser: argparse.ArgumentParser, settle: float | bool | None = DEFAULT_SETTLE_S) -> None:
     """--m/--n/--k or --shapes, --dtype and --settle: the problems a command runs (see `problems`).
 
-    `settle` is --settle's default; None where the command picks one per suite.
+    `settle` is --settle's default; None where the command picks one per suite; False where the command times
+    nothing (no --settle).
     """
     parser.add_argument("--m", type=int, default=None, help=f"default: {DEFAULT_SHAPE} (or the suite's shapes)")
     parser.add_argument("--n", type=int, default=None, help="default: M")
     parser.add_argument("--k", type=int, default=None, help="default: M")
     parser.add_argument("--shapes", default=None, help="shapes instead of --m/--n/--k, e.g. 4096,8192 or 129x200x72")
     parser.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
+    if settle is False:
+        return
     shown = f"{settle}" if settle is not None else f"{DEFAULT_SETTLE_S}, or the suite's"
     parser.add_argument("--settle", type=float, default=settle, help=f"seconds idle between timed rows ({shown})")
 
@@ -93,15 +87,33 @@ def show_recorded(
     command: str | None = None,
 ) -> dict:
     """What a GPU-less machine prints: the recorded run, as a table or as `summary`'s lines, and how it was
-    made. Returns the record. `command` is the one that writes it, for the error where it is missing."""
-    record = results.load(name, directory, command=command)
+    made (`command_lines`). Returns the record. `command` is the one that writes it today (by default the
+    project's own for a record of that name, `results.recording_command`), also named where it is missing."""
+    today = command or results.recording_command(name)
+    record = results.load(name, directory, command=today)
     print(results.recorded_banner(record["provenance"]))
     if summary is None:
         print_rows(record["rows"])
     else:
         print("\n".join(summary(record["rows"])))
-    print(f"(command: {record['provenance']['command']})")
+    print("\n".join(command_lines(record["provenance"]["command"], today)))
     return record
+
+
+def program(command: str) -> str:
+    """What runs a command line: 'python -m tutorial bench --record' -> 'python -m tutorial'."""
+    return " ".join(command.split()[:3])
+
+
+def command_lines(recorded: str, today: str) -> list[str]:
+    """The command a record was made with and, where that program no longer writes it (the harness was
+    `python -m deepgemm` before it moved to `tutorial/`) or no command can any more, what stands today."""
+    lines = [f"(command: {recorded})"]
+    if results.COMMAND_GONE in today:
+        lines.append(f"(note: {today})")
+    elif program(recorded) != program(today):
+        lines.append(f"(today: {today})")
+    return lines
 
 
 def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:

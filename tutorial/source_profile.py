@@ -1,7 +1,7 @@
 """Stalls pinned to instructions and to kernel.cu lines: Nsight Compute's per-instruction warp-state samples,
 matched with the lines NVRTC's line table gives each SASS instruction.
 
-`python -m deepgemm profile --source` runs one launch of a stage under ncu with the SourceCounters section
+`python -m tutorial profile --source` runs one launch of a stage under ncu with the SourceCounters section
 (the kernel compiled with `-lineinfo`, which leaves its SASS unchanged: a CPU test compares them), exports
 the per-instruction table (`ncu --page source --csv --print-source sass`) and joins it, instruction by
 instruction, with the same kernel compiled here and disassembled with its line table (`nvdisasm -gi`).
@@ -22,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deepgemm import stages
-from deepgemm.jit import LINEINFO_ENV, compile_report, kernel_path, read_cubin
-from deepgemm.profile import ncu_binary, parse_number, run_ncu, run_once_target
+from deepgemm.jit import LINEINFO_ENV
+from tutorial import stages
+from tutorial.profile import ncu_binary, parse_number, run_ncu
+from tutorial.sass import read_cubin
+from tutorial.stages import compile_report, kernel_path
+from tutorial.target import command as target_command
 
 SAMPLES_ALL = "Warp Stall Sampling (All Samples)"
 SAMPLES_NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"
@@ -161,7 +164,7 @@ def source_command(stage: str, m: int, n: int, k: int, dtype: str, report: Path)
     return [
         ncu_binary(), "--clock-control", "none", "--section", "SourceCounters", "--import-source", "yes",
         "--kernel-name", "gemm_kernel", "--launch-skip", "1", "--launch-count", "1", "-f", "-o", str(report),
-        *run_once_target(stage, m, n, k, dtype),
+        *target_command(stage, m, n, k, dtype),
     ]  # fmt: skip
 
 

@@ -1,13 +1,18 @@
 """Stability: a stage run for a minute, and on several streams at once, every output compared bit for bit.
 
-The tensor-core stages sum in a fixed order and use no atomics, so the same inputs give the same bits on
-every launch. A race (a stage refilled before the wgmma read it, a box stored before its `stmatrix` landed,
-a barrier phase confused across tiles) shows as a launch whose bits differ from the others, perhaps once in
-thousands of launches and only under load: the first seed's "wrong once in ten runs". So the first launch
-on each input set is verified against the float64 reference, and from then on every launch writes its own
-poisoned buffer, which is compared with that first output bit for bit: a long run on one stream, queued
-without gaps so that the card heats and its clock falls as under any sustained load, NVML sampling it; then
-launches of the same kernel interleaved on several streams.
+`stage` is any of the stages (v5 by default on the command line) or "library": the library call,
+`deepgemm.gemm` into a given output through `tutorial.library`, planned once per buffer by the library's own
+plan cache and launched on CuPy's current stream, as a caller's calls are.
+
+The tensor-core stages sum in a fixed order and use no atomics (the library kernel's split-K adds its
+slices in index order, whichever finished last), so the same inputs give the same bits on every launch. A
+race (a stage refilled before the wgmma read it, a box stored before its `stmatrix` landed, a barrier phase
+confused across tiles) shows as a launch whose bits differ from the others, perhaps once in thousands of
+launches and only under load: the first seed's "wrong once in ten runs". So the first launch on each input
+set is verified against the float64 reference, and from then on every launch writes its own poisoned
+buffer, which is compared with that first output bit for bit: a long run on one stream, queued without gaps
+so that the card heats and its clock falls as under any sustained load, NVML sampling it; then launches of
+the same kernel interleaved on several streams.
 """
 
 from __future__ import annotations
@@ -18,10 +23,10 @@ from dataclasses import dataclass
 
 import cupy
 
-from deepgemm import stages
-from deepgemm.bench import Workload
-from deepgemm.check import poison, reference, verify
-from deepgemm.timing import PowerSampler, gemm_flops
+from tutorial import stages
+from tutorial.bench import Workload
+from tutorial.check import poison, reference, verify
+from tutorial.timing import PowerSampler, gemm_flops
 
 BUFFERS = 16  # outputs per input set: each launch writes the next one, which is then checked
 WINDOW_S = 5.0  # the long run's throughput, clock and power are summed up per window of this length
@@ -42,7 +47,8 @@ def _same_bits(x: cupy.ndarray, y: cupy.ndarray) -> bool:
 
 
 def input_sets(stage: str, work: Workload, buffers: int = BUFFERS) -> list[InputSet]:
-    """Plans for every input set of `work`, and each set's first output verified against float64."""
+    """Plans for every input set of `work` (the stage's `plan(a, b, out)`, or the library call's), and each
+    set's first output verified against float64."""
     launcher = stages.load(stage)
     sets = []
     for a, b in work.problems:

@@ -1,11 +1,19 @@
-"""The six stages by name, in order, how to load their launchers, and the baseline's name."""
+"""The six stages by name, in order, where their kernels are, how to load their launchers; the library's
+kernel as one more (`LIBRARY`), and the baseline's name."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
+import cupy
+
+from deepgemm import jit
 from deepgemm.dtypes import dtype_defines, input_dtype
+
+STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
 
 STAGES = (
     "v0_naive",
@@ -16,14 +24,17 @@ STAGES = (
     "v5_fused",
 )
 CUBLAS = "cublas"  # the baseline, measured and profiled like a stage: cuBLAS through CuPy's a @ b
+LIBRARY = "library"  # deepgemm.gemm and its kernel (deepgemm/kernels/gemm_sm90.cu), grown from v5
 
 
 def stage_name(short_or_full: str) -> str:
-    """'v3' or 'v3_wgmma_tma' -> 'v3_wgmma_tma'; ValueError for anything else."""
+    """'v3' or 'v3_wgmma_tma' -> 'v3_wgmma_tma', 'library' -> 'library'; ValueError for anything else."""
+    if short_or_full == LIBRARY:
+        return LIBRARY
     for stage in STAGES:
         if short_or_full in (stage, stage.split("_", 1)[0]):
             return stage
-    raise ValueError(f"unknown stage {short_or_full!r}; the stages are {', '.join(STAGES)}")
+    raise ValueError(f"unknown stage {short_or_full!r}; the stages are {', '.join(STAGES)} (and {LIBRARY})")
 
 
 def parse_stages(spec: str) -> list[str]:
@@ -34,8 +45,32 @@ def parse_stages(spec: str) -> list[str]:
 
 
 def load(stage: str) -> ModuleType:
-    """The stage's launch module (it has MIN_CC, DEFAULTS, plan and gemm)."""
-    return importlib.import_module(f"stages.{stage_name(stage)}.launch")
+    """The stage's launch module (it has MIN_CC, DEFAULTS, plan and gemm); the library's is tutorial.library."""
+    name = stage_name(stage)
+    return importlib.import_module("tutorial.library" if name == LIBRARY else f"stages.{name}.launch")
+
+
+def kernel_path(stage: str) -> Path:
+    """The stage's kernel.cu, or the library's kernel."""
+    name = stage_name(stage)
+    return jit.LIBRARY_KERNEL if name == LIBRARY else STAGES_DIR / name / "kernel.cu"
+
+
+def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
+    """The stage's kernel compiled for the current GPU with these defines (`deepgemm.jit`, cached)."""
+    return jit.get_kernel(kernel_path(stage), defines)
+
+
+def launch_facts(stage: str, defines: Mapping[str, int]) -> jit.LaunchFacts:
+    """The launch facts the stage's kernel exports, compiled with these defines."""
+    return jit.launch_facts(kernel_path(stage), defines)
+
+
+def compile_report(
+    stage: str, defines: Mapping[str, int], arch: str = "sm_90a", options: tuple[str, ...] = ()
+) -> jit.CompileReport:
+    """The stage compiled without a GPU (NVRTC), with ptxas's report: for the tests and for reading SASS."""
+    return jit.compile_file_report(kernel_path(stage), defines, arch, options, name=stage_name(stage))
 
 
 def default_defines(stage: str, dtype_name: str = "fp16") -> dict[str, int]:

@@ -1,10 +1,10 @@
 """The notebooks' tables: recorded rows selected by stage, dtype and shape, and the tables built from them.
 
 Rows are the dicts of results/h200/progression.json (bench rows) and results/h200/profile.json (profile
-rows, keyed as deepgemm.profile.METRICS); any value may be None. The raster and epilogue suites write bench
-rows too, with the setting or the epilogue in the stage name ('v4_pipeline_swizzle GROUP_M=1',
-'v5_fused +bias +gelu_tanh', 'cublaslt +bias +gelu'). Print a table with `results.format_table(table,
-<ITS>_COLUMNS)`.
+rows, keyed as tutorial.profile.METRICS); any value may be None. The epilogue suite, the lab's sweeps and
+the raster record (a suite since folded into the ablation's GROUP_M 1 rows) hold bench rows too, with the
+setting or the epilogue in the stage name ('v4_pipeline_swizzle GROUP_M=1', 'v5_fused +bias +gelu_tanh',
+'cublaslt +bias +gelu'). Print a table with `results.format_table(table, <ITS>_COLUMNS)`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from deepgemm import results, stages
-from deepgemm.profile import STALL_REASONS, top_stalls
-from deepgemm.source_profile import role_of
-from deepgemm.stages import CUBLAS, STAGES, stage_name
+from tutorial import results, stages
+from tutorial.profile import STALL_REASONS, top_stalls
+from tutorial.source_profile import role_of
+from tutorial.stages import CUBLAS, STAGES, stage_name
 
 Row = dict[str, Any]
 Shape = tuple[int, int, int]
@@ -399,7 +399,7 @@ ABLATION_FIELDS = tuple(field for field, _, _ in ABLATION_SHOWN)
 
 
 def ablation_table(recorded: Iterable[Row], stage: str, dtype: str, live: Iterable[Row] = ()) -> list[Row]:
-    """A stage's ablation (`deepgemm.ablation`), one row per variant and cuBLAS: the recorded time, ratio to
+    """A stage's ablation (`tutorial.ablation`), one row per variant and cuBLAS: the recorded time, ratio to
     the stage as shipped, bank conflicts and stalls, and where `live` rows are given (this GPU's run), the
     first four of them beside, as `live_<field>`; a variant only the live run has comes last."""
 

@@ -18,10 +18,11 @@ from typing import Any
 import cupy
 import numpy as np
 
-from deepgemm import jit, results, stages
-from deepgemm.check import random_problem, reference, verify
+from deepgemm import jit
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
+from tutorial import results, stages
+from tutorial.check import random_problem, reference, verify
 
 STAGES = ("v4_pipeline_swizzle", "v5_fused")  # the stages with a TIMELINE knob
 CTAS, ROLES, STAMPS = 2, 3, 4096  # kernel.cu's TIMELINE_CTAS, TIMELINE_ROLES, TIMELINE_STAMPS

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deepgemm import results, stages
-from deepgemm.jit import compile_report
 from deepgemm.operands import check_compute_capability
 from deepgemm.tma import tile_map_spec
+from tutorial import results, stages
+from tutorial.stages import compile_report
 
 
 @dataclass(frozen=True)
@@ -79,21 +79,22 @@ def symptoms() -> list[Symptom]:
             "misaligned address",
             f"the tensor-map check, before any launch: `{misaligned_error()}`",
             "TMA needs a 16-byte aligned base and row strides that are multiples of 16 bytes",
-            "nothing to do for correctness: the call copies such an operand into padded rows (`launch.tma_operand`); "
+            "nothing to do for correctness: the call copies such an operand into padded rows (the library's plan "
+            "stages it, `deepgemm/plan.py`; a stage copies it in `tutorial.launch.tma_operand`); "
             "for speed, store K padded to a multiple of 8 elements and pass the [:, :K] view",
         ),
         Symptom(
             "half of cuBLAS's speed",
-            f"at 128 x 4096 x 4096 FP16, v5's default tile takes {default['us']:.1f} µs on the GPU, the "
-            f"tuned {tuned['name']} {tuned['us']:.1f} (`autotune.json`)",
+            f"at 128 x 4096 x 4096 FP16, the library's (and v5's) default tile takes {default['us']:.1f} µs on the "
+            f"GPU, the tuned {tuned['name']} {tuned['us']:.1f} (`autotune.json`)",
             "one tile shape for every problem: 16 cluster tiles leave 100 of 132 SMs idle at small M",
             "let the call choose (no `config`): the autotune table, else the heuristic; "
-            "`python -m deepgemm autotune --shapes MxNxK --record` for a shape of yours",
+            "`python -m tutorial autotune --shapes MxNxK --record` for a shape of yours",
         ),
         Symptom(
             "large deviations",
             "every check prints `max abs ..., rel fro ..., p99.9 abs ...: FAIL (n non-finite, m over bound)` "
-            "against a per-element bound (`deepgemm/check.py`)",
+            "against a per-element bound (`tutorial/check.py`)",
             "FP16 accumulation (notebook 08, section 3), or elements the kernel never wrote or read from "
             "uninitialised padding (the outputs are poisoned with NaN, so they show as non-finite)",
             "accumulate in FP32 (every stage does); zero any padding a tensor map reads",
@@ -110,8 +111,8 @@ def symptoms() -> list[Symptom]:
             "second call still slow",
             f"3000 x 5000 x 700 FP16: {copied['call_us']:.0f} µs per call, {copied['device_us']:.0f} µs of "
             f"it on the GPU, {copied['host_us']:.0f} µs of host time (`shapes.json`)",
-            "rows of K = 700 elements (1400 bytes) cannot be read by TMA in place, so each call plans anew and "
-            "copies; a new plan is also made for every new shape, stride, alignment, dtype or option",
+            "rows of K = 700 elements (1400 bytes) cannot be read by TMA in place, so each call first copies them "
+            "into padded rows; a new plan is also made for every new shape, stride, alignment, dtype or option",
             "pad K to a multiple of 8 elements in your own storage; keep shapes and layouts fixed across calls",
         ),
     ]

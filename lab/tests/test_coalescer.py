@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from deepgemm import profile, results
 from deepgemm.jit import compile_file_report
 from lab import cli, coalescer, gpc
+from tutorial import profile, results
 
 LRC = coalescer.METRICS
 
@@ -86,7 +86,7 @@ def test_the_probe_profiles_only_the_readers_and_flushes_the_caches_for_dram(mon
 
 
 def test_the_probe_kernels_compile_for_sm_90a():
-    report = compile_file_report(coalescer.SOURCE, "coalescer", {})
+    report = compile_file_report(coalescer.SOURCE, {}, name="coalescer")
     assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
 
 

@@ -51,7 +51,7 @@ def test_groups_too_small_for_a_row_share_it_in_order():
 
 
 def test_the_map_kernel_compiles_for_sm_90a():
-    report = compile_file_report(gpc.SOURCE, "gpc", {"CLUSTER_SIZE": 16})
+    report = compile_file_report(gpc.SOURCE, {"CLUSTER_SIZE": 16}, name="gpc")
     assert report.spill_stores == 0 and 0 < report.registers <= 32, report.log
 
 
@@ -86,7 +86,7 @@ def test_without_a_gpu_the_gpc_command_prints_the_recorded_placement(monkeypatch
 
 
 def test_the_recorded_placement_is_a_permutation_per_grid_and_one_cta_per_sm():
-    from deepgemm import results
+    from tutorial import results
 
     rows = results.load("gpc_placement", RESULTS_DIR)["rows"]
     for clusters in gpc.PLACEMENT_GRIDS:

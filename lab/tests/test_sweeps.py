@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from deepgemm import results
 from lab import RESULTS_DIR, cli, sweeps
+from tutorial import results
 
 
 @pytest.mark.parametrize("sweep", sorted(sweeps.SWEEPS))
@@ -18,7 +18,7 @@ def test_each_sweep_names_its_rows_as_its_record_does_shipped_setting_first(swee
     shipped = "BALANCED_ROUNDS=1" if sweep == "v5_grid" else None
     if shipped is None:
         knob, _ = sweeps.KNOB_SWEEPS[sweep]
-        from deepgemm import stages
+        from tutorial import stages
 
         shipped = f"{knob}={stages.load(sweeps.STAGE).DEFAULTS.value(knob)}"
     assert names[0] == f"{sweeps.STAGE} {shipped}"
@@ -34,7 +34,31 @@ def test_every_lab_record_has_provenance_and_a_way_to_show_it():
         record = json.loads(path.read_text())
         assert {"gpu", "driver", "cuda", "date", "commit", "command"} <= set(record["provenance"]), path.name
         assert record["rows"], path.name
-        assert path.stem in cli.COMMANDS or path.stem in sweeps.RECORD_ONLY, path.stem
+        assert path.stem in cli.COMMANDS, path.stem
+
+
+GONE = {"v5_gpc": "ba931e2", "v5_hiding": "c44a640", "v5_cluster_n": "416080e"}  # record -> the commit it ran at
+
+
+def test_a_record_whose_command_is_gone_says_so_and_names_the_commit_it_ran_at():
+    for name, commit in GONE.items():
+        recorded = results.load(name, RESULTS_DIR)["provenance"]["commit"]
+        assert recorded.startswith(commit), name
+        assert f"at commit {commit}" in cli.COMMANDS[name] and cli.GONE in cli.COMMANDS[name], name
+    for name, command in cli.COMMANDS.items():  # the others name a command that runs today
+        if name not in GONE:
+            assert command.startswith("python -m lab ") and cli.GONE not in command, name
+            assert cli.build_parser().parse_args(command.split()[3:]).record, name  # it parses, and records
+
+
+def test_show_prints_the_recorded_command_then_today_s(capsys):
+    assert cli.main(["show", "v5_cluster_n"]) == 0
+    out = capsys.readouterr().out
+    assert "(command: python -m lab.rounds --variants 'CLUSTER_N=1;CLUSTER_N=2'" in out
+    assert f"(note: {cli.COMMANDS['v5_cluster_n']})" in out
+    assert cli.main(["show", "gpc_placement"]) == 0  # recorded as `python -m deepgemm gpc`, now the lab's
+    out = capsys.readouterr().out
+    assert "(command: python -m deepgemm gpc --record)" in out and "(today: python -m lab gpc --record)" in out
 
 
 def test_without_a_gpu_a_sweep_prints_its_record(monkeypatch, capsys):
@@ -64,3 +88,47 @@ def test_a_rounds_setting_parses_into_its_config():
 
     config = parse_variant("CLUSTER_N=2,BLOCK_N=128")
     assert config.block_n == 128 and dict(config.extra) == {"CLUSTER_N": 2}
+
+
+def test_rounds_time_v5_s_settings_by_default_and_the_library_kernel_s_with_stage_library():
+    from lab import rounds
+
+    assert rounds.build_parser().parse_args(["--variants", "GROUP_M=8"]).stage == "v5_fused"
+    assert list(rounds.variants_of("v5", "GROUP_M=16; GROUP_M=8")) == ["v5 GROUP_M=16", "v5 GROUP_M=8"]
+    found = rounds.variants_of("library", "CLUSTER_N=1;CLUSTER_N=2,SPLIT_K=2")
+    assert list(found) == ["library CLUSTER_N=1", "library CLUSTER_N=2,SPLIT_K=2"]
+    assert dict(found["library CLUSTER_N=2,SPLIT_K=2"].extra) == {"CLUSTER_N": 2, "SPLIT_K": 2}
+    with pytest.raises(ValueError, match=r"'CLUSTER_N=1' for v5_fused: .*--stage library"):
+        rounds.variants_of("v5_fused", "CLUSTER_N=1;CLUSTER_N=2")
+
+
+def test_rounds_refuse_a_knob_of_another_kernel_before_anything_runs(capsys):
+    from lab import rounds
+
+    assert rounds.main(["--variants", "CLUSTER_N=1;CLUSTER_N=2"]) == 2
+    assert "CLUSTER_N" in capsys.readouterr().err
+    assert rounds.main(["--stage", "library", "--variants", "WGMMA_IN_FLIGHT=0"]) == 2  # v5's, not the library's
+    assert rounds.main(["--stage", "v9", "--variants", "GROUP_M=8"]) == 2
+
+
+def test_one_cta_per_sm_widens_v5_s_grid_to_the_clusters_that_fit(monkeypatch):
+    """v5_grid's second row: as many clusters as the occupancy calculator allows (asked of the driver with
+    the kernel's function, cluster size, threads and shared memory), capped at the cluster tiles."""
+    import dataclasses
+    import types
+
+    @dataclasses.dataclass(frozen=True)
+    class Launch:
+        kernel: object
+        block: tuple[int, ...]
+        shared_mem: int
+        grid: tuple[int, ...]
+
+    kernel = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0xF00))
+    asked = []
+    monkeypatch.setattr(sweeps, "max_active_clusters", lambda *args: asked.append(args) or 66)
+    for tiles, grid in ((256, 132), (40, 80)):
+        launch = Launch(kernel, (384,), 200_000, (128,))
+        monkeypatch.setattr(sweeps, "v5_with_tiles", lambda a, b, launch=launch, tiles=tiles: (launch, tiles, 2))
+        assert sweeps.one_cta_per_sm(None, None).grid == (grid,)
+    assert asked == [(0xF00, 2, 384, 200_000)] * 2

@@ -12,10 +12,10 @@ import numpy as np
 
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import dtype_defines
-from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch
 from deepgemm.model import ceil_div
-from deepgemm.operands import check_problem, leading_dim, require_gpu
+from deepgemm.operands import leading_dim, require_gpu
+from tutorial.launch import KernelLaunch, check_problem
+from tutorial.stages import get_kernel
 
 STAGE = "v0_naive"
 MIN_CC = (8, 0)

@@ -12,10 +12,10 @@ import numpy as np
 
 from deepgemm.config import GemmConfig, require_in, require_multiple, tile_smem_bytes
 from deepgemm.dtypes import dtype_defines
-from deepgemm.jit import get_kernel
-from deepgemm.launch import KernelLaunch, require_smem
 from deepgemm.model import ceil_div
-from deepgemm.operands import check_problem, k_major_operands, leading_dim, require_gpu
+from deepgemm.operands import leading_dim, require_gpu
+from tutorial.launch import KernelLaunch, check_problem, k_major_operands, require_smem
+from tutorial.stages import get_kernel
 
 STAGE = "v2_mma_sync"
 MIN_CC = (8, 0)

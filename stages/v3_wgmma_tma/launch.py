@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from deepgemm.config import GemmConfig, require_in, require_multiple
-from deepgemm.launch import KernelLaunch, tma_gemm_launch
-from deepgemm.operands import check_problem, require_gpu
+from deepgemm.operands import require_gpu
+from tutorial.launch import KernelLaunch, check_problem, tma_gemm_launch
 
 STAGE = "v3_wgmma_tma"
 MIN_CC = (9, 0)

@@ -1,5 +1,5 @@
 """python -m stages.v4_pipeline_swizzle --m 4096 --n 4096 --k 4096: check this stage and time it beside cuBLAS."""
 
-from deepgemm.runner import run_stage
+from tutorial.runner import run_stage
 
 run_stage("v4_pipeline_swizzle")

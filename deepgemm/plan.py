@@ -1,0 +1,358 @@
+"""A planned call of the library kernel (kernels/gemm_sm90.cu): built once per key, in one pass, then frozen.
+
+What a call's key fixes is decided here once: the configuration (the caller's, this GPU's autotune table's,
+or the heuristic's), which of the caller's operands the kernel reads as its A and which as its B (swap AB),
+how it reads each (in place K-major or MN-major, or copied by every call into a row-padded buffer where TMA
+cannot read it as it lies), where C goes (a tensor map; a pointer when swapped; a padded buffer copied
+back where TMA cannot write the caller's), the compiled kernel and its grid, split-K's scratch sizes, and
+the kernel's parameter buffer, laid out from the parameters' names. The tensor maps are encoded before any
+call's address is known (`PLACEHOLDER_ADDRESS`); every launch points them at its own arrays.
+
+A call then reads the pointers off the caller's arrays, allocates the output in the caller's framework,
+writes the pointers into the parameter buffer and launches on the caller's current stream.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import cupy
+import numpy as np
+
+from deepgemm.config import GemmConfig, require_at_most, require_in, require_wgmma_tile, tile_smem_bytes
+from deepgemm.driver import (
+    CUDA_ERROR_INVALID_CONTEXT,
+    RawLaunch,
+    allow_dynamic_smem,
+    check,
+    device_limits,
+    max_active_clusters,
+)
+from deepgemm.dtypes import FLOAT32, dtype_defines, dtype_name
+from deepgemm.epilogue import ACTIVATIONS, activation_name
+from deepgemm.frameworks import Cupy, Torch
+from deepgemm.heuristic import pick_config
+from deepgemm.jit import LIBRARY_KERNEL, get_kernel, launch_facts
+from deepgemm.model import balanced_workers, ceil_div, cluster_tiles, round_up
+from deepgemm.operands import (
+    Problem,
+    check_bias,
+    check_compute_capability,
+    check_operands,
+    device_name,
+    leading_dim,
+    padded_k,
+)
+from deepgemm.tma import encode_spec, operand_box, read_in_place, read_mn_major, tile_map_spec
+
+MIN_CC = (9, 0)  # wgmma and setmaxnreg: sm_90a, Hopper only
+SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
+STRIP_ROWS = 16  # rows of C per consumer warp: one split-K counter each
+PLACEHOLDER_ADDRESS = 1 << 20  # 16-byte aligned; the driver reads nothing there, and every launch re-points
+DEFAULTS = GemmConfig(
+    block_m=128,
+    block_n=256,
+    block_k=64,
+    num_stages=4,
+    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "SWAP_AB": 0},
+)
+SWAP_BLOCK_N = (16, 32)  # [8] C's rows as wgmma's N
+OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
+
+
+def kernel_parameters(c_by_pointer: bool) -> tuple[tuple[str, str], ...]:
+    """The kernel's parameters in its signature's order, by name and kind: "map" a tensor map, "ptr" a
+    pointer, "f32" / "i32" a scalar. [8] Swapped, C comes as a pointer and its row stride."""
+    c_params = (("out", "ptr"),) if c_by_pointer else (("out", "map"),)
+    shape = (("m", "i32"), ("n", "i32"), ("k", "i32"), *((("ldc", "i32"),) if c_by_pointer else ()))
+    return (("a", "map"), ("b", "map"), *c_params, ("bias", "ptr"), ("alpha", "f32"), *shape,
+            ("partials", "ptr"), ("counters", "ptr"))  # fmt: skip
+
+
+CALL_PARAMETERS = ("a", "b", "out", "bias", "alpha", "partials", "counters")  # what each call writes
+
+
+def check_config(cfg: GemmConfig) -> None:
+    """The tile and cluster the kernel is written for: ValueError names the knob and why."""
+    swap = cfg.value("SWAP_AB")
+    require_in(cfg, "SWAP_AB", (0, 1), "1 computes C^T = b^T a^T, C's rows as wgmma's N")
+    require_wgmma_tile(cfg, block_n=SWAP_BLOCK_N if swap else (64, 128, 192, 256), block_m=(64, 128))
+    require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
+    require_in(cfg, "CLUSTER_N", (1, 2), "CTAs per cluster sharing A through TMA multicast")
+    split = cfg.value("SPLIT_K")
+    if not isinstance(split, int) or split < 1:
+        raise ValueError(f"SPLIT_K = {split} must be a positive number of slices of K")
+
+
+def check_split(split: int, k: int, block_k: int) -> None:
+    """Every slice of K gets at least one k-tile: ValueError otherwise."""
+    k_tiles = ceil_div(k, block_k)
+    if split > k_tiles:
+        raise ValueError(f"SPLIT_K = {split} exceeds the {k_tiles} k-tiles of K = {k} (BLOCK_K = {block_k})")
+
+
+def split_k_scratch(m: int, n: int, cfg: GemmConfig) -> tuple[int, int]:
+    """[6] The fp32 partials (a BLOCK_M x BLOCK_N block per CTA tile, the clusters' padding tiles included,
+    per slice) and the counters (one per 16-row strip of every CTA tile) a split-K launch on the kernel's
+    M x N needs; (0, 0) without split-K."""
+    split = cfg.value("SPLIT_K")
+    if split == 1:
+        return 0, 0
+    block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
+    cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
+    tiles = cluster_tiles(m, n, block_m, block_n, cluster_m, cluster_n) * cluster_m * cluster_n
+    return split * tiles * block_m * block_n, tiles * block_m // STRIP_ROWS
+
+
+def chosen_config(problem: Problem, device: int, config: GemmConfig | None = None) -> tuple[GemmConfig, str]:
+    """The config a call runs and where it came from: the caller's ("caller"), else this GPU's autotune table
+    entry ("table"), else the cost model's pick ("heuristic", `heuristic.pick_config`)."""
+    if config is not None:
+        return config, "caller"
+    b_mn_major, a_mn_major = read_mn_major(problem.b.T), read_mn_major(problem.a)
+    dtype = dtype_name(problem.a.dtype)
+    sm_count = device_limits(device).sm_count
+    return pick_config(problem.m, problem.n, problem.k, dtype, device_name(device), sm_count, b_mn_major, a_mn_major)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How the kernel reads its A or its B, (rows, K) either: `source`, the caller's operand it is ("a", or
+    "b" read as its transpose (N, K)); MN-major where K is the strided dimension; and `staged`, the
+    (rows, padded K) buffer each call copies it into where TMA cannot read it as it lies (else None)."""
+
+    source: str
+    mn_major: bool
+    staged: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One call's launch, everything its key fixes. Calling it launches on the caller's current stream."""
+
+    framework: Cupy | Torch
+    device: int
+    config: GemmConfig
+    config_source: str  # "caller", "table" or "heuristic"
+    kernel_a: Operand
+    kernel_b: Operand
+    out_shape: tuple[int, int]
+    out_dtype: Any  # the framework's dtype
+    out_staged: tuple[int, int] | None  # the padded buffer C is written to and copied from, where TMA cannot write out
+    bias_in_place: bool  # a float32 vector the kernel reads as it is
+    scratch: tuple[int, int]  # split-K's fp32 partials and counters (0, 0 without split-K)
+    kernel_name: str
+    launch: RawLaunch = field(repr=False)
+    setters: tuple = field(repr=False)  # (name, write) for CALL_PARAMETERS
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one parameter buffer
+
+    def __call__(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
+        if cupy.cuda.runtime.getDevice() != self.device:  # the kernel is loaded in the device's primary context
+            with cupy.cuda.Device(self.device):
+                return self.run(a, b, bias, alpha, out)
+        return self.run(a, b, bias, alpha, out)
+
+    def run(self, a: Any, b: Any, bias: Any, alpha: float, out: Any) -> Any:
+        fw = self.framework
+        result = fw.empty(self.out_shape, self.out_dtype, a) if out is None else out
+        if bias is not None and not self.bias_in_place:
+            bias = fw.float32_vector(bias)  # on the same stream as the kernel: it lives until the kernel ran
+        values = {"out": fw.pointer(result), "alpha": alpha, "bias": 0 if bias is None else fw.pointer(bias)}
+        stream = fw.stream(self.device)
+        if self.scratch[0]:
+            values["partials"], values["counters"] = split_k_scratch_pointers(fw, self.device, stream, self.scratch, a)
+        else:
+            values["partials"] = values["counters"] = 0
+        # Held until the kernel is queued: a buffer dropped earlier goes back to the framework's allocator,
+        # which may hand its memory to the next one (the padded out) for the same kernel to write into.
+        staged = [self.operand_pointer(operand, name, a, b, values) for name, operand in
+                  (("a", self.kernel_a), ("b", self.kernel_b))]  # fmt: skip
+        written = None
+        if self.out_staged is not None:
+            written = fw.empty(self.out_staged, self.out_dtype, a)[:, : self.out_shape[1]]
+            values["out"] = fw.pointer(written)
+        with self.lock:
+            for name, write in self.setters:
+                write(values[name])
+            status = self.launch.launch(stream)
+            if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make it current
+                with cupy.cuda.Device(self.device):
+                    status = self.launch.launch(stream)
+            check(status, f"cuLaunchKernel of {self.kernel_name}")
+        if written is not None:
+            fw.copy(result, written)
+        del staged  # the copies are queued before the kernel on this stream: their memory may be reused now
+        return result
+
+    def operand_pointer(self, operand: Operand, name: str, a: Any, b: Any, values: dict[str, Any]) -> Any:
+        """Writes the pointer the kernel reads `operand` (its A or B) from into values[name]: the caller's
+        array, or a row-padded copy made on the kernel's stream (returned, to be held until then)."""
+        fw = self.framework
+        source = a if operand.source == "a" else b
+        if operand.staged is None:
+            values[name] = fw.pointer(source)
+            return None
+        rows_k = source if operand.source == "a" else source.T  # as the kernel reads it: (M or N, K)
+        k = rows_k.shape[1]
+        padded = (fw.zeros if operand.staged[1] > k else fw.empty)(operand.staged, rows_k.dtype, a)  # K's padding read
+        fw.copy(padded[:, :k], rows_k)
+        values[name] = fw.pointer(padded)
+        return padded
+
+
+def build(
+    framework: Cupy | Torch,
+    a: Any,
+    b: Any,
+    bias: Any,
+    out: Any,
+    *,
+    activation: str | None,
+    out_dtype: Any,
+    config: GemmConfig | None,
+) -> Plan:
+    """The plan of a call, from its arguments (their shapes, strides, dtypes and alignment; no pointer is
+    kept): checks that name what is wrong, the config, the layouts, the compiled kernel, its grid and maps."""
+    device = framework.meta(a)[3]
+    with cupy.cuda.Device(device):
+        require_hopper(device)
+        problem = check_operands(a, b, out, out_dtype)
+        cfg, source = chosen_config(problem, device, config)
+        cfg = cfg.merged_over(DEFAULTS)
+        check_config(cfg)
+        if cfg.value("SPLIT_K") > 1:
+            check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
+        act = activation_name(activation)
+        bias_in_place = None
+        if bias is not None:  # the kernel reads a contiguous float32 vector as it is; each call converts others
+            view = check_bias(bias, problem.n)
+            bias_in_place = view.dtype == FLOAT32 and view.strides == (4,)
+        return _build(framework, device, problem, cfg, source, act, bias_in_place)
+
+
+def _build(
+    framework: Cupy | Torch, device: int, p: Problem, cfg: GemmConfig, source: str, act: str, bias_in_place: bool | None
+) -> Plan:
+    swap = cfg.value("SWAP_AB") == 1
+    block_m, block_n, box_k = cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cfg.value("BOX_K")
+    cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
+    # The kernel computes A (M', K) times B (N', K)^T: a and b^T, or [8] swapped, b^T and a (C^T).
+    names = ("b", "a") if swap else ("a", "b")
+    rows_k = {"a": p.a, "b": p.b.T}
+    m, n = (p.n, p.m) if swap else (p.m, p.n)
+    itemsize = p.a.itemsize
+    operands, maps = [], []
+    for role, name, rows, knobs in (("A", names[0], block_m // cluster_n, "BLOCK_M / CLUSTER_N"),
+                                    ("B", names[1], block_n // cluster_m, "BLOCK_N / CLUSTER_M")):  # fmt: skip
+        x = rows_k[name]
+        found = read_in_place(x, mn_major_ok=True)
+        if found is None:  # rows TMA cannot describe: each call copies them K-major, K padded to 16 bytes
+            staged = (x.shape[0], padded_k(x.shape[1]))
+            view_shape, view_strides, mn_major = staged, (staged[1] * itemsize, itemsize), False
+        else:
+            view, mn_major = found
+            staged, view_shape, view_strides = None, view.shape, view.strides
+        if mn_major and swap and name == "a":
+            raise ValueError("SWAP_AB = 1 reads a in boxes of BLOCK_N (16 or 32) rows, which must be K-major: "
+                             "pass a as a row-major (M, K), not the transposed view of a (K, M)")  # fmt: skip
+        span = SWIZZLE_BYTES // itemsize
+        if mn_major and rows % span:
+            raise ValueError(f"an MN-major {role} arrives in {span}-wide boxes, and each CTA loads {rows} of its "
+                             f"rows: pass it K-major, or make {knobs} a multiple of {span}")  # fmt: skip
+        box = operand_box(mn_major, rows, box_k, SWIZZLE_BYTES, itemsize)
+        spec = tile_map_spec(view_shape, view_strides, PLACEHOLDER_ADDRESS, itemsize, *box, SWIZZLE_BYTES)
+        maps.append(encode_spec(spec, p.a.dtype, PLACEHOLDER_ADDRESS))
+        operands.append(Operand(name, mn_major, staged))
+
+    out_dtype = p.out_dtype
+    defines = {
+        **cfg.defines(), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
+        "B_MN_MAJOR": int(operands[1].mn_major), "HAS_BIAS": int(bias_in_place is not None),
+        "ACTIVATION": ACTIVATIONS[act], "OUT_DTYPE": OUT_DTYPE_CODES[dtype_name(out_dtype)],
+    }  # fmt: skip
+    require_at_most("dynamic shared memory", tile_smem_bytes(cfg), device_limits(device).smem_per_block_optin,
+                    "shared memory per block")  # fmt: skip
+    kernel, facts = get_kernel(LIBRARY_KERNEL, defines), launch_facts(LIBRARY_KERNEL, defines)
+    require_at_most("shared memory (dynamic + static)", facts.smem_bytes + kernel.shared_size_bytes,
+                    device_limits(device).smem_per_block_optin, "shared memory per block")  # fmt: skip
+    function = kernel.kernel.ptr
+    allow_dynamic_smem(function, facts.smem_bytes)
+
+    out_shape = (p.m, p.n)
+    out_rows_stride = leading_dim(p.out) if p.out is not None else p.n
+    out_staged, values = None, {}
+    if facts.store_box is None:  # [8] C by pointer (C^T stored transposed), any row stride
+        values["out"], values["ldc"] = np.uint64(0), np.int32(out_rows_stride)
+    else:
+        out_itemsize = np.dtype(out_dtype).itemsize
+        strides = (out_rows_stride * out_itemsize, out_itemsize)
+        aligned = p.out is None or p.out.data.ptr % 16 == 0
+        if not (aligned and strides[0] % 16 == 0):  # TMA cannot describe rows such as 4097 fp16: written padded
+            out_staged = (p.m, round_up(p.n, 16 // out_itemsize))
+            strides = (out_staged[1] * out_itemsize, out_itemsize)
+        spec = tile_map_spec(out_shape, strides, PLACEHOLDER_ADDRESS, out_itemsize, *facts.store_box, SWIZZLE_BYTES)
+        values["out"] = encode_spec(spec, out_dtype, PLACEHOLDER_ADDRESS)
+    values.update(a=maps[0], b=maps[1], bias=np.uint64(0), alpha=np.float32(1.0), partials=np.uint64(0),
+                  counters=np.uint64(0), m=np.int32(m), n=np.int32(n), k=np.int32(p.k))  # fmt: skip
+    parameters = kernel_parameters(facts.store_box is None)
+    raw = RawLaunch(function, persistent_grid(device, m, n, cfg, function, facts.threads, facts.smem_bytes),
+                    facts.threads, facts.smem_bytes, [values[name] for name, _ in parameters])  # fmt: skip
+    slots = {name: (i, kind) for i, (name, kind) in enumerate(parameters) if name in CALL_PARAMETERS}
+    return Plan(
+        framework=framework,
+        device=device,
+        config=cfg,
+        config_source=source,
+        kernel_a=operands[0],
+        kernel_b=operands[1],
+        out_shape=out_shape,
+        out_dtype=framework.framework_dtype(out_dtype),
+        out_staged=out_staged,
+        bias_in_place=bool(bias_in_place),
+        scratch=split_k_scratch(m, n, cfg),
+        kernel_name=kernel.name,
+        launch=raw,
+        setters=tuple(raw.setters(slots)),
+    )
+
+
+def persistent_grid(device: int, m: int, n: int, cfg: GemmConfig, function: int, threads: int, smem: int) -> int:
+    """CTAs of the persistent grid: as many whole clusters as fit on the GPU at once (one CTA per SM without
+    clusters), but only as many as finish the work units (cluster tiles times split-K's slices) in that many
+    rounds, so that every round is full (`balanced_workers`)."""
+    cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
+    size = cluster_m * cluster_n
+    units = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n) * cfg.value("SPLIT_K")
+    slots = device_limits(device).sm_count if size == 1 else max_active_clusters(function, size, threads, smem)
+    return balanced_workers(units, slots) * size
+
+
+def require_hopper(device: int) -> None:
+    """RuntimeError unless `device` is an sm_90a GPU (H100, H200): wgmma and setmaxnreg exist there alone."""
+    cc = device_limits(device).compute_capability
+    if cc != MIN_CC:
+        check_compute_capability(cc, device_name(device), MIN_CC, "deepgemm.gemm", exact=True)
+
+
+_SCRATCH: dict[tuple[str, int, int], tuple[Any, Any]] = {}  # (framework, device, stream) -> split-K's scratch
+_SCRATCH_LOCK = threading.Lock()
+
+
+def split_k_scratch_pointers(
+    fw: Cupy | Torch, device: int, stream: int, need: tuple[int, int], like: Any
+) -> tuple[int, int]:
+    """Pointers to at least need[0] fp32 partials and need[1] zeroed counters for a split-K launch on
+    `stream`. The pair is shared by every plan on that stream and regrown (the old pair freed in stream
+    order, after the launches queued on it) when a launch needs more."""
+    key = (fw.name, device, stream)
+    with _SCRATCH_LOCK:
+        held = _SCRATCH.get(key)
+        if held is None or held[0].shape[1] < need[0] or held[1].shape[1] < need[1]:
+            have = (0, 0) if held is None else (held[0].shape[1], held[1].shape[1])
+            f32 = fw.framework_dtype(FLOAT32)
+            partials = fw.empty((1, max(need[0], have[0])), f32, like)
+            counters = fw.zeros((1, max(need[1], have[1])), f32, like)  # all-zero bits: unsigned 0 in the kernel
+            held = _SCRATCH[key] = (partials, counters)
+    return fw.pointer(held[0]), fw.pointer(held[1])
