@@ -3,8 +3,8 @@ measured."""
 
 from __future__ import annotations
 
-from deepgemm.profile import METRICS
-from deepgemm.stages import STAGES
+from tutorial.profile import METRICS
+from tutorial.stages import STAGES
 
 FAKE_TFLOPS = dict(zip((*STAGES, "cublas"), (1.0, 10.0, 100.0, 200.0, 300.0, 400.0, 350.0)))
 
@@ -34,7 +34,7 @@ def fake_profile_rows() -> list[dict]:
 
 
 def fake_variant_rows() -> list[dict]:
-    """SYNTHETIC GROUP_M rows (the raster and v5_group_m suites' naming) and a cuBLAS row beside them."""
+    """SYNTHETIC GROUP_M rows (named as the raster record and the v5_group_m sweep name theirs) and a cuBLAS row."""
     rows = []
     for stage, group, rate, clock in (
         ("v5_fused", 8, 600.0, 1500.0),

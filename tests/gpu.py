@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from deepgemm.stages import load
+from tutorial.stages import load
 
 
 def stage_or_skip(stage: str) -> ModuleType:

@@ -1,18 +1,34 @@
-"""Compiling stages without a GPU, shared by the compile and SASS tests (each compile runs once)."""
+"""Compiling stages and the library's kernel without a GPU, shared by the compile and SASS tests (each compile
+runs once per test process: the caches are in memory, so parallel test processes never share a file)."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
-from deepgemm import stages
-from deepgemm.jit import CompileReport, compile_report, disassemble
+from deepgemm.jit import CompileReport
+from tutorial import stages
+from tutorial.sass import disassemble
+from tutorial.stages import LIBRARY, compile_report, kernel_path
 
 TENSOR_CORE_STAGES = ("v3_wgmma_tma", "v4_pipeline_swizzle", "v5_fused")
 PORTABLE_STAGES = ("v0_naive", "v1_tiled", "v2_mma_sync")  # also built for sm_80
+KERNELS = (*stages.STAGES, LIBRARY)  # every kernel.cu, and the library's gemm_sm90.cu
+
+
+@cache
+def kernel_knobs(stage: str) -> frozenset[str]:
+    """The defines a kernel reads, each with a default of its own (`#ifndef NAME`)."""
+    return frozenset(re.findall(r"^#ifndef (\w+)$", kernel_path(stage).read_text(), re.M))
 
 
 def launcher_defines(stage: str, bf16: bool, **extra: int) -> tuple[tuple[str, int], ...]:
-    """The defines the stage's launcher compiles with by default, as a hashable key."""
+    """The defines the stage's launcher compiles with by default, as a hashable key. A knob the kernel does
+    not read is refused: its build would silently be the default one (v5's lesson kernel has no SWAP_AB,
+    the library's kernel no TMA_STORE)."""
+    unknown = sorted(set(extra) - kernel_knobs(stage))
+    if unknown:
+        raise ValueError(f"{stage}'s kernel reads no {', '.join(unknown)}; it reads {sorted(kernel_knobs(stage))}")
     defines = {**stages.default_defines(stage, "bf16" if bf16 else "fp16"), **extra}
     return tuple(sorted(defines.items()))
 
@@ -30,7 +46,7 @@ def sass(stage: str, defines: tuple[tuple[str, int], ...], arch: str = "sm_90a")
 
 def block_threads(stage: str, report: CompileReport) -> int:
     """Threads per block as the launcher launches the default config: from the launcher's `threads` (v0-v2,
-    whose block shape is a define) or from the LAUNCH_THREADS the kernel exports (v3-v5)."""
+    whose block shape is a define) or from the LAUNCH_THREADS the kernel exports (v3-v5, the library)."""
     launcher = stages.load(stage)
     if hasattr(launcher, "threads"):
         return launcher.threads(launcher.DEFAULTS)
@@ -48,3 +64,20 @@ def function_sass(code: str, name: str) -> str:
         if part.startswith(name) and not part[len(name)].isalnum() and part[len(name)] != "_":
             return part
     raise AssertionError(f"no function {name} in the SASS")
+
+
+def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
+    """Every (dtype, config) the autotune record chose, as (dtype, the config's fields as JSON, the library
+    kernel's defines): the configs the package's table makes deepgemm.gemm run, with the plain epilogue."""
+    import json
+
+    from deepgemm.heuristic import config_from_fields
+    from tutorial import results
+
+    record = results.load("autotune")
+    pairs = sorted({(r["dtype"], json.dumps(r["config"], sort_keys=True)) for r in record["rows"]})
+    builds = []
+    for dtype, fields in pairs:
+        knobs = config_from_fields(json.loads(fields)).merged_over(stages.load(LIBRARY).DEFAULTS).defines()
+        builds.append((dtype, fields, launcher_defines(LIBRARY, dtype == "bf16", **knobs)))
+    return builds

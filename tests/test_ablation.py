@@ -9,8 +9,8 @@ import pytest
 from gpu import stage_or_skip
 from kernels import compiled, launcher_defines, sass
 
-from deepgemm import ablation, stages
 from deepgemm.config import GemmConfig, parse_defines
+from tutorial import ablation, stages
 
 CONFIG_VARIANTS = [
     (stage, variant)
@@ -38,6 +38,42 @@ def test_variant_knobs_are_knobs_of_the_stage_and_compile_without_spills(stage, 
     assert report.spill_stores == 0 and report.spill_loads == 0, report.log
 
 
+def test_v5_switches_off_each_of_its_techniques_in_the_lesson_kernel():
+    """v5's rows: clusters of one, no wgmma batch in flight, row-major tile order, a CTA per tile, no TMA
+    store, then bias + GELU fused and as separate kernels; every knob one the trimmed v5 has."""
+    v5 = ablation.ABLATIONS["v5_fused"]
+    assert [v.knobs for v in v5 if v.plan is None] == [
+        {}, {"CLUSTER_M": 1}, {"WGMMA_IN_FLIGHT": 0}, {"GROUP_M": 1}, {"TMA_STORE": 0}
+    ]  # fmt: skip
+    planned = [v.plan for v in v5 if v.plan is not None]
+    assert planned == [ablation.one_cta_per_tile, ablation.fused_epilogue, ablation.separate_epilogue]
+    assert [v.epilogue for v in v5 if v.plan is not None] == [False, True, True]
+    launcher = stages.load("v5_fused")
+    assert ablation.GELU_TANH in launcher.STAGE_ACTIVATIONS  # what v5's fused epilogue takes
+    assert launcher.epilogue_defines(True, ablation.GELU_TANH, False)["HAS_BIAS"] == 1
+
+
+def test_one_cta_per_tile_replaces_v5_s_persistent_grid_with_every_output_tile(monkeypatch):
+    """The variant's grid from v5's plan as it ships: a CTA for every 128 x 256 tile, clusters padded whole."""
+    import dataclasses
+    import types
+
+    import numpy as np
+
+    @dataclasses.dataclass(frozen=True)
+    class Launch:
+        grid: tuple[int, ...]
+
+    v5 = stages.load("v5_fused")
+    planned = []
+    fake = types.SimpleNamespace(DEFAULTS=v5.DEFAULTS, plan=lambda a, b: planned.append((a, b)) or Launch((66,)))
+    monkeypatch.setattr(ablation.stages, "load", lambda stage: fake)
+    for (m, n), grid in (((4096, 4096), 32 * 16), ((300, 520), 4 * 3)):  # M tiles rounded up to clusters of 2
+        a, b = np.empty((m, 64)), np.empty((64, n))
+        assert ablation.one_cta_per_tile(a, b, None).grid == (grid,)
+        assert planned[-1][0] is a and planned[-1][1] is b
+
+
 def _shared_stores(code: str) -> list[str]:
     return re.findall(r"\b(?:STS|LDGSTS|LDSM)[.\w]*", code)
 
@@ -63,7 +99,7 @@ def test_knobs_parse_into_a_config_and_bad_text_is_refused():
 
 
 def test_the_ablation_suite_refuses_a_shape_that_is_not_a_cube():
-    from deepgemm.cli import run_suite
+    from tutorial.cli import run_suite
 
     with pytest.raises(ValueError, match="M = N = K, not 128x256x512"):
         run_suite("ablation", ["v1_tiled"], (128, 256, 512), "fp16", 0.0)
@@ -74,8 +110,8 @@ def test_the_ablation_suite_refuses_a_shape_that_is_not_a_cube():
 def test_every_ablation_variant_computes_the_product_at_tails(stage):
     """Each variant, switched off as in the suite, is still a correct GEMM (its own reference for the
     epilogue rows) at a shape with tails in every dimension: the timings compare right answers."""
-    from deepgemm.bench import Workload
-    from deepgemm.check import verify
+    from tutorial.bench import Workload
+    from tutorial.check import verify
 
     stage_or_skip(stage)
     plain = Workload.make(300, 520, 260, "fp16", seed=5)
@@ -88,7 +124,7 @@ def test_every_ablation_variant_computes_the_product_at_tails(stage):
 
 
 def test_the_notebook_table_sets_a_live_run_beside_the_record():
-    from deepgemm.tables import ablation_table
+    from tutorial.tables import ablation_table
 
     def row(name, us, stage="v4_pipeline_swizzle", dtype="fp16"):
         return {"ablation": name, "ablated_stage": stage, "dtype": dtype, "us": us, "x_shipped": 231.0 / us}
@@ -120,8 +156,8 @@ def test_v4_without_a_swizzle_loads_eight_boxes_per_operand():
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_v5_storing_c_from_registers_runs_the_fused_epilogue_at_tails(dtype):
     """The ablation's pointer store with bias and GELU, at tails in every dimension, in both dtypes."""
-    from deepgemm.bench import Workload
-    from deepgemm.check import verify
+    from tutorial.bench import Workload
+    from tutorial.check import verify
 
     v5 = stage_or_skip("v5_fused")
     work = Workload.make(300, 520, 260, dtype, seed=7, bias=True, activation=ablation.GELU_TANH)

@@ -1,11 +1,12 @@
-"""The library call's framework detection, without a GPU or torch."""
+"""The library call without a GPU or torch: which framework a call takes, what keys its plan, the plan cache,
+and the errors a call raises before it has a plan. The plan itself is tests/test_plan.py's."""
 
 from __future__ import annotations
 
-import weakref
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from deepgemm.frameworks import is_cuda_tensor
 
@@ -56,126 +57,172 @@ def test_a_plan_is_found_again_only_by_what_fixes_the_launch():
     different = [
         _key(_array(strides=(2, 256))),  # the transposed view of a (64, 128) array
         _key(_array(ptr=0x10008)),  # TMA cannot read from this address in place
+        _key(None, _array((64, 32), (64, 2), ptr=0x30008)),  # nor b from this one
+        _key(None, _array((64, 32), (2, 128))),  # b (K, N) as the transposed view of a row-major (N, K)
         _key(_array(device=1)),
         _key(bias=_array((32,), (2,))),
         _key(out=_array((128, 32), (64, 2))),
+        _key(out=_array((128, 32), (64, 2), ptr=0x10008)),  # an out TMA cannot store into: written padded
+        _key(out=_array((128, 32), (96, 2))),  # out with a row stride past N
         _key(activation="gelu"),
         _key(out_dtype="float32"),
         _key(config=GemmConfig(block_n=128)),
     ]
     assert len({_key(), *different}) == 1 + len(different)
+    # The plan of an unaligned a copies a and reads b in place: it is not the plan of an unaligned b.
+    assert _key(_array(ptr=0x10008)) != _key(None, _array((64, 32), (64, 2), ptr=0x30008))
 
 
-def test_host_arrays_get_the_usual_error_without_a_plan():
-    import numpy as np
-    import pytest
+def test_a_config_that_is_not_exactly_a_gemm_config_keys_no_plan():
+    from deepgemm.config import GemmConfig
 
-    from deepgemm import gemm
+    class Mine(GemmConfig):
+        pass
 
-    with pytest.raises(TypeError, match=r"host numpy\.ndarray"):
-        gemm(np.ones((4, 4), np.float16), np.ones((4, 4), np.float16))
+    for config in ({"block_n": 128}, Mine(block_n=128)):
+        with pytest.raises(TypeError, match="config is not a GemmConfig"):
+            _key(config=config)
 
 
-def test_a_call_that_copies_is_planned_and_launched_once_on_its_first_call(monkeypatch):
-    """Where the stage's launch makes copies a plan cannot repeat (none it names in `staged`), the first
-    call's planned launch (its copies included) computes that call; the plan kept replans later calls.
-    Nothing is planned or launched twice."""
+def _gpu_array(shape, strides=None, dtype=np.float16, ptr=0x10000):
+    """A CuPy array over memory that is never touched: its metadata is all a call reads before its plan."""
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    strides = strides or tuple(itemsize * int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+    memory = cupy.cuda.UnownedMemory(ptr, 1 << 30, None, 0)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
+
+
+@pytest.fixture
+def no_plan(monkeypatch):
+    """A call that gets as far as building a plan fails the test: the errors below come before it."""
     from deepgemm import api
 
-    planned, ran = [], []
-
-    def stage_launch(framework, device, a, b, bias, alpha, out, options):
-        planned.append(a)
-        return SimpleNamespace(in_place=False, staged={}), f"result of {a}"
-
-    monkeypatch.setattr(api, "stage_launch", stage_launch)
-    monkeypatch.setattr(api, "run_on_stream", lambda framework, device, launch: ran.append(launch))
-    framework = SimpleNamespace(meta=lambda x: (None, None, None, 0))
-    plan, result = api.make_plan(framework, "a", "b", None, 1.0, None, {})
-    assert isinstance(plan, api.Replanned) and result == "result of a"
-    assert len(planned) == len(ran) == 1
-    assert plan("a2", "b", None, 1.0, None) == "result of a2"  # a later call: planned and launched anew
-    assert len(planned) == len(ran) == 2
+    monkeypatch.setattr(api.plan, "build", lambda *args, **kwargs: pytest.fail("a plan was built"))
 
 
-class _HostFramework:
-    """NumPy arrays standing in for the caller's: a pointer finds its array again, so a fake kernel can read
-    what the call handed it."""
+def test_host_arrays_are_named_without_a_plan(no_plan):
+    from deepgemm import gemm
 
-    def __init__(self) -> None:
-        # Weak: an array the call drops is gone, as a GPU buffer goes back to the allocator for reuse.
-        self.arrays: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
-
-    def empty(self, shape, dtype, like):
-        x = np.full(shape, np.nan, dtype=dtype)  # what was there before: never to be read
-        self.arrays[x.ctypes.data] = x
-        return x
-
-    def zeros(self, shape, dtype, like):
-        x = self.empty(shape, dtype, like)
-        x[...] = 0
-        return x
-
-    def pointer(self, x) -> int:
-        if x.ctypes.data not in self.arrays:
-            self.arrays[x.ctypes.data] = x
-        return x.ctypes.data
-
-    @staticmethod
-    def copy(dst, src) -> None:
-        np.copyto(dst, src)
-
-    @staticmethod
-    def stream(device: int) -> int:
-        return 0
-
-    @staticmethod
-    def framework_dtype(dtype):
-        return dtype
+    host, device = np.ones((4, 8), np.float16), _gpu_array((4, 8))
+    with pytest.raises(TypeError, match=r"^a is a host numpy\.ndarray"):
+        gemm(host, _gpu_array((8, 4)))
+    with pytest.raises(TypeError, match=r"^b is a host numpy\.ndarray"):
+        gemm(device, np.ones((8, 4), np.float16))
+    with pytest.raises(TypeError, match=r"^bias is a host numpy\.ndarray"):
+        gemm(device, _gpu_array((8, 4)), bias=np.ones(4, np.float32))
+    with pytest.raises(TypeError, match=r"^out is a host numpy\.ndarray"):
+        gemm(device, _gpu_array((8, 4)), out=np.ones((4, 4), np.float16))
+    with pytest.raises(TypeError, match="b is a list"):
+        gemm(device, [[1.0]])
 
 
-class _FakeKernel:
-    """A RawLaunch stand-in: records what the call writes into its slots; `launch` multiplies what the A and
-    B slots point at (rows-padded (M, K) and (N, K) buffers) into the out slot's (M, N)."""
-
-    def __init__(self, fw: _HostFramework, k_padded: int) -> None:
-        self.fw, self.k_padded, self.values = fw, k_padded, {}
-
-    def setters(self, slots):
-        return [(name, lambda value, name=name: self.values.__setitem__(name, value)) for name in slots]
-
-    def launch(self, stream: int) -> int:
-        def view(name: str, cols: int) -> np.ndarray:
-            base = self.fw.arrays.get(self.values[name])
-            assert base is not None, f"the buffer the {name} slot points at was dropped before the launch"
-            return base if base.shape[1] == cols else base[:, :cols]
-
-        pointers = [self.values[name] for name in ("a", "b", "out")]
-        assert len(set(pointers)) == 3, "two slots point at one buffer"
-
-        a, b = view("a", self.k_padded), view("b", self.k_padded)  # the maps span K's padding
-        out = self.fw.arrays[self.values["out"]]
-        out[:, : b.shape[0]] = a @ b.T
-        return 0
+class _Mine:
+    """Stands for a GemmConfig subclass (made in the test: the config module is imported there)."""
 
 
-def test_a_call_copies_what_tma_cannot_read_into_row_padded_buffers_and_writes_back_a_padded_out():
-    """The plan of a layout TMA cannot describe stays: each call copies a (M, K = 7) and b's (N, K) into
-    buffers whose rows are padded with zeros to 8 elements (16 bytes: the maps read the padding, so it must
-    add nothing), launches on those, and copies the output, which the kernel writes into a padded (M, 8)
-    buffer, back into the caller's (M, N = 5). Fresh memory holds NaN here, as it may on the GPU."""
-    from deepgemm.api import Launched
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"activation": ["relu"]}, "activation must be a name or None, got list"),
+        ({"config": {"block_n": 128}}, "config must be a GemmConfig, got dict"),
+        ({"config": _Mine}, "config must be a GemmConfig, got Mine"),
+        ({"out_dtype": [1]}, r"out_dtype \[1\] is not supported"),
+    ],
+)
+def test_an_option_that_is_no_value_is_named_not_recursed_on(no_plan, options, message):
+    """An option no plan can be keyed by sends the call to the conversion path (`gemm_as_cupy`), which
+    names it, for host arrays as for CuPy arrays (which would come back to the key without end)."""
+    from deepgemm import gemm
+    from deepgemm.config import GemmConfig
 
-    fw, (m, n, k) = _HostFramework(), (3, 5, 7)
-    kernel = _FakeKernel(fw, 8)
-    launch = SimpleNamespace(slots={"a": (0, "map"), "b": (1, "map"), "out": (2, "map"), "bias": (3, "ptr"),
-                                    "alpha": (4, "f32")}, kernel=SimpleNamespace(name="fake"),
-                             out=SimpleNamespace(shape=(m, n)), scratch=(0, 0),
-                             staged={"a": (m, 8), "b": (n, 8), "out": (m, 8)})  # fmt: skip
-    plan = Launched(fw, 0, kernel, launch, np.float64, True)
-    for seed in (1, 2):  # a second call with other values: nothing of the first is reused
-        rng = np.random.default_rng(seed)
-        a, b = rng.random((m, k)), rng.random((n, k)).T  # b (K, N), its rows of N = 5 elements
-        result = plan.launch(a, b, None, 1.0, None)
-        assert kernel.values["a"] != a.ctypes.data and kernel.values["out"] != result.ctypes.data
-        assert result.shape == (m, n) and np.allclose(result, a @ b)
+    class Mine(GemmConfig):
+        pass
+
+    options = {name: Mine(block_n=128) if value is _Mine else value for name, value in options.items()}
+    for a, b in ((np.ones((4, 8), np.float16), np.ones((8, 4), np.float16)), (_gpu_array((4, 8)), _gpu_array((8, 4)))):
+        with pytest.raises(TypeError, match=message):
+            gemm(a, b, **options)
+
+
+def test_a_config_whose_knobs_are_no_values_is_named(no_plan):
+    from deepgemm import gemm
+    from deepgemm.config import GemmConfig
+
+    with pytest.raises(TypeError, match=r"gemm's options must be plain values .*unhashable type: 'list'"):
+        gemm(_gpu_array((4, 8)), _gpu_array((8, 4)), config=GemmConfig(extra={"SPLIT_K": [2]}))
+
+
+class _Plan:
+    """A built plan stand-in: each call returns what it was called with."""
+
+    def __init__(self, key) -> None:
+        self.key, self.calls = key, []
+
+    def __call__(self, a, b, bias, alpha, out):
+        self.calls.append((a, b, bias, alpha, out))
+        return ("result", a.ptr)
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """deepgemm.gemm over the stand-in framework: `built` lists the plans built, by their arguments."""
+    from deepgemm import api
+
+    built = []
+
+    def build(framework, a, b, bias, out, *, activation, out_dtype, config):
+        built.append(_Plan((a.shape, a.strides, activation)))
+        return built[-1]
+
+    monkeypatch.setattr(api, "framework_of", lambda x: _Framework)
+    monkeypatch.setattr(api.plan, "build", build)
+    monkeypatch.setattr(api, "_PLANS", {})
+    return built
+
+
+def test_a_plan_is_built_once_per_key_and_runs_every_call(plans):
+    """The first call of a key builds its plan; every call, the first included, runs it once, with that
+    call's own arrays and alpha."""
+    from deepgemm import gemm
+
+    rng = np.random.default_rng()
+    pointers = [16 * int(p) for p in rng.integers(1, 1 << 30, 3)]
+    first = gemm(_array(ptr=pointers[0]), _array((64, 32), (64, 2)), alpha=0.5)
+    assert len(plans) == 1 and first == ("result", pointers[0])
+    again = gemm(_array(ptr=pointers[1]), _array((64, 32), (64, 2)), alpha=2.0)  # another address: the same plan
+    assert len(plans) == 1 and again == ("result", pointers[1])
+    assert [(call[0].ptr, call[3]) for call in plans[0].calls] == [(pointers[0], 0.5), (pointers[1], 2.0)]
+    gemm(_array(ptr=pointers[2]), _array((64, 32), (64, 2)), activation="relu")  # another key: another plan
+    assert len(plans) == 2 and len(plans[0].calls) == 2 and len(plans[1].calls) == 1
+
+
+def test_the_plan_cache_drops_its_oldest_plan_when_full(plans, monkeypatch):
+    from deepgemm import api, gemm
+
+    monkeypatch.setattr(api, "PLAN_CACHE_SIZE", 2)
+    b = _array((64, 32), (64, 2))
+    for rows in (128, 256, 128, 384, 128):
+        gemm(_array((rows, 64)), b)
+    assert [p.key[0][0] for p in plans] == [128, 256, 384, 128]  # 128 dropped when 384 came, then rebuilt
+    assert len(api._PLANS) == 2
+
+
+def test_config_of_says_what_a_call_runs_and_from_where(monkeypatch):
+    """`config_of` reports `plan.chosen_config` for the checked problem on the operands' device."""
+    from deepgemm import api
+    from deepgemm.config import GemmConfig
+
+    asked = []
+
+    def chosen_config(problem, device, config):
+        asked.append((problem.m, problem.n, problem.k, device, config))
+        return "cfg", "table"
+
+    monkeypatch.setattr(api.plan, "chosen_config", chosen_config)
+    mine = GemmConfig(block_n=128)
+    assert api.config_of(_gpu_array((4, 8)), _gpu_array((8, 6)), config=mine) == ("cfg", "table")
+    assert asked == [(4, 6, 8, 0, mine)]
+    with pytest.raises(ValueError, match="b has 9 rows but a has K = 8 columns"):
+        api.config_of(_gpu_array((4, 8)), _gpu_array((9, 6)))

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from deepgemm import bench, cli, results, timing
-from deepgemm.stages import STAGES
+from tutorial import bench, cli, results, timing
+from tutorial.stages import STAGES
 
 
 class FakeNvml:
@@ -140,10 +140,35 @@ def test_a_progression_run_ends_with_v5_and_cublas_alternated(monkeypatch):
     assert calls == [("v5_fused", m, d, 6) for m in (4096, 8192) for d in ("fp16", "bf16")]
     assert len(rows) == 4 * 6 * 2
     # Other suites, --pairs 0, or a run without v5 alternate nothing.
-    assert cli.run_pairs(STAGES, _bench_args(suite="raster")) == []
+    assert cli.run_pairs(STAGES, _bench_args(suite="epilogue")) == []
     assert cli.run_pairs(STAGES, _bench_args(pairs=0)) == []
     assert cli.run_pairs(("v0_naive", "v4_pipeline_swizzle"), _bench_args()) == []
     assert len(calls) == 4
+
+
+def test_bench_help_lists_each_suite_on_its_own_line(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    out = capsys.readouterr().out
+    listed = [line.split()[0] for line in out.split("suites:\n", 1)[1].splitlines() if line.startswith("  ") and
+              not line.startswith("   ")]  # fmt: skip
+    assert listed == list(cli.SUITES)
+    assert "{'progression'" not in out  # not the raw dict
+    assert "raster" not in cli.SUITES  # folded into the ablation suite's v4 GROUP_M 1 row
+
+
+def test_a_recorded_command_of_the_old_cli_is_shown_with_today_s():
+    from tutorial.runner import command_lines
+
+    old = "python -m deepgemm bench --suite ablation --dtype fp16 --record"
+    assert command_lines(old, results.recording_command("ablation")) == [
+        f"(command: {old})",
+        "(today: python -m tutorial bench --suite ablation --record)",
+    ]
+    same = "python -m tutorial stability --m 4096 --record"
+    assert command_lines(same, results.recording_command("stability")) == [f"(command: {same})"]
+    gone = f"python -m lab.v5_hiding --record at commit c44a640; {results.COMMAND_GONE}"
+    assert command_lines("python -m lab.v5_hiding --record", gone)[1] == f"(note: {gone})"
 
 
 def test_without_a_gpu_the_progression_shows_the_pairs_of_its_own_run_only(monkeypatch, capsys):

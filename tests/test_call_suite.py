@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from deepgemm import bench, call_suite, cli, first_call, results
+from tutorial import bench, call_suite, cli, first_call, results
 
 M, N, K = 6, 10, 4  # all different, so that a transposed view cannot pass for the row-major array
 

@@ -43,18 +43,39 @@ def test_require_in_and_at_most():
         require_at_most("dynamic shared memory", 300_000, 232_448, "shared memory per block")
 
 
-def test_every_bench_suite_is_dispatched():
-    """A suite name the dispatcher does not know must fail, not fall through to another suite."""
-    from deepgemm import cli
+RUNNERS = {  # each suite's runner in the harness (module, function)
+    "progression": ("bench", "bench_shape"),
+    "epilogue": ("bench", "bench_epilogue"),
+    "pairs": ("bench", "bench_pairs"),
+    "call": ("call_suite", "bench_call"),
+    "shapes": ("call_suite", "bench_shape_call"),
+    "ablation": ("ablation", "run"),
+}
 
+
+def test_every_bench_suite_is_dispatched_to_its_own_runner(monkeypatch):
+    """Each suite the CLI offers runs its own runner, and a name the dispatcher does not know fails rather
+    than falling through to another suite."""
+    from tutorial import cli
+
+    assert set(cli.SUITES) == set(RUNNERS)
+    for module, function in RUNNERS.values():
+        monkeypatch.setattr(getattr(cli, module), function, lambda *a, _f=function, **kw: [{"ran": _f}])
+    for suite, (_, function) in RUNNERS.items():
+        assert cli.run_suite(suite, ["v5_fused"], (64, 64, 64), "fp16", 0.0) == [{"ran": function}], suite
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         cli.run_suite("nope", [], (1, 1, 1), "fp16", 0.0)
-    assert {"progression", "raster", "epilogue", "call", "pairs", "shapes", "ablation"} == set(cli.SUITES)
+
+
+def test_the_v5_lesson_has_no_split_k_knob():
+    """Split-K is the library kernel's ([6], `deepgemm.plan.check_split`); v5 names the knobs it has."""
+    from tutorial import stages
+
+    with pytest.raises(ValueError, match=r"\['SPLIT_K'\] do not exist"):
+        GemmConfig(extra={"SPLIT_K": 2}).merged_over(stages.load("v5").DEFAULTS)
 
 
 def test_value_reads_core_fields_and_extra_knobs_by_define_name():
-    from deepgemm.config import GemmConfig
-
     cfg = GemmConfig(block_m=128, num_stages=4, extra={"GROUP_M": 16})
     assert (cfg.value("BLOCK_M"), cfg.value("NUM_STAGES"), cfg.value("GROUP_M")) == (128, 4, 16)
     for missing in ("BLOCK_N", "CLUSTER_M"):
@@ -62,15 +83,24 @@ def test_value_reads_core_fields_and_extra_knobs_by_define_name():
             cfg.value(missing)
 
 
-def test_v5_refuses_a_split_k_it_cannot_run():
-    import pytest
+def test_equal_configs_have_equal_keys_whatever_the_order_of_their_knobs():
+    """The plan cache keys a caller's config by `key()`: the same knobs in another order are the same plan,
+    and any knob that differs is another."""
+    one = GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "SPLIT_K": 2})
+    assert one.key() == GemmConfig(block_n=128, extra={"SPLIT_K": 2, "CLUSTER_M": 1}).key()
+    others = [GemmConfig(block_n=128, extra={"CLUSTER_M": 1, "SPLIT_K": 3}), GemmConfig(block_n=128),
+              GemmConfig(block_n=256, extra={"CLUSTER_M": 1, "SPLIT_K": 2})]  # fmt: skip
+    assert len({one.key(), *(c.key() for c in others)}) == 4
+    hash(one.key())
 
-    from deepgemm import stages
-    from deepgemm.config import GemmConfig
 
-    v5 = stages.load("v5")
-    with pytest.raises(ValueError, match="SPLIT_K = 0 must be a positive number"):
-        v5.check_config(GemmConfig(extra={"SPLIT_K": 0}).merged_over(v5.DEFAULTS))
-    with pytest.raises(ValueError, match="SPLIT_K = 5 exceeds the 4 k-tiles of K = 200"):
-        v5.check_split(5, 200, 64)
-    v5.check_split(4, 200, 64)  # one k-tile per slice is allowed
+def test_the_wgmma_tile_check_names_the_knob_and_stages_size_the_shared_memory():
+    from deepgemm.config import require_wgmma_tile, tile_smem_bytes
+
+    tile = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"BOX_K": 64})
+    require_wgmma_tile(tile)
+    with pytest.raises(ValueError, match=r"BLOCK_N = 96 must be one of \(256,\)"):
+        require_wgmma_tile(GemmConfig(block_n=96).merged_over(tile))
+    with pytest.raises(ValueError, match=r"BOX_K = 32 must be one of \(64,\)"):
+        require_wgmma_tile(GemmConfig(extra={"BOX_K": 32}).merged_over(tile))
+    assert tile_smem_bytes(tile) == 4 * (128 + 256) * 64 * 2

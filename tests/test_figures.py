@@ -1,4 +1,4 @@
-"""deepgemm.figures on a CPU: each figure draws one mark per row it is given (SYNTHETIC rows)."""
+"""tutorial.figures on a CPU: each figure draws one mark per row it is given (SYNTHETIC rows)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from deepgemm import figures, tables  # noqa: E402
-from deepgemm.stages import STAGES  # noqa: E402
+from tutorial import figures, tables  # noqa: E402
+from tutorial.stages import STAGES  # noqa: E402
 
 
 def count_points(fig: Figure) -> int:

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from deepgemm import first_call
+from tutorial import first_call
 
 
 def test_the_first_call_script_times_the_import_and_the_call_but_not_the_framework():

@@ -13,10 +13,10 @@ import cupy
 import pytest
 
 import deepgemm
-from deepgemm import call_suite, first_call
-from deepgemm.bench import arrange
-from deepgemm.check import error_stats, random_problem, reference
 from deepgemm.dtypes import input_dtype
+from tutorial import call_suite, first_call
+from tutorial.bench import arrange
+from tutorial.check import error_stats, random_problem, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -34,7 +34,7 @@ UNDESCRIBABLE = (  # row strides TMA cannot take (not a multiple of 16 bytes): t
 @pytest.fixture(autouse=True)
 def _hopper() -> None:
     if cupy.cuda.Device().compute_capability != "90":
-        pytest.skip("deepgemm.gemm runs v5_fused, which needs sm_90a (Hopper)")
+        pytest.skip("deepgemm.gemm runs the library kernel, which needs sm_90a (Hopper)")
 
 
 def _operands(shape: tuple[int, int, int], dtype_name: str, a_layout: str, b_layout: str, seed: int) -> tuple:
@@ -263,3 +263,25 @@ def test_small_m_calls_are_right_in_every_layout_whichever_config_they_get(frame
             got = cupy.from_dlpack(result) if framework == "torch" else result
             stats = error_stats(got, reference(a, b))
             assert stats.passed, f"{framework} M = {m} {a_layout} x {b_layout}: {stats.summary()}"
+
+
+@pytest.mark.parametrize("framework", call_suite.FRAMEWORKS)
+def test_one_plan_per_key_serves_calls_on_other_arrays(framework):
+    """A plan is built once per key, from the first call's metadata alone: calls alternating between two
+    input sets of that key (and an out of its own) reuse it, each right for its own arrays, with its maps
+    pointed at the arrays of that call; a new shape gets a plan of its own."""
+    from deepgemm import api
+
+    first = [_operands((300, 520, 200), "bf16", "mk", "nk", seed=900 + i) for i in range(2)]
+    planned = len(api._PLANS)
+    for _ in range(3):
+        for a, b in first:
+            result = deepgemm.gemm(*_as_framework(framework, (a, b)))
+            got = cupy.from_dlpack(result) if framework == "torch" else result
+            assert error_stats(got, reference(a, b)).passed
+    assert len(api._PLANS) <= planned + 1
+    key_plans = [p for p in api._PLANS.values() if p.out_shape == (300, 520)]
+    assert key_plans and all(not p.out_staged for p in key_plans)
+    a, b = _operands((301, 520, 200), "bf16", "mk", "nk", seed=902)
+    deepgemm.gemm(*_as_framework(framework, (a, b)))
+    assert any(p.out_shape == (301, 520) for p in api._PLANS.values())

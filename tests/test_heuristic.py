@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from deepgemm import autotune, call_suite, cli, heuristic, results
+from deepgemm import heuristic
 from deepgemm.config import GemmConfig
 from deepgemm.heuristic import config_from_fields, config_name
+from tutorial import autotune, call_suite, cli, results
 
 H200 = ("NVIDIA H200", 132)
+SHIPPED = heuristic.TABLES_DIR  # the package's tables, before any test points TABLES_DIR elsewhere
 
 
 @pytest.mark.parametrize(("block_n", "stages"), [(256, 4), (192, 4), (128, 6), (64, 8)])
@@ -54,6 +57,22 @@ def test_the_model_ranks_and_prices_the_recorded_candidates():
     assert ratios[len(ratios) // 10] > 0.75 and ratios[9 * len(ratios) // 10] < 1.25
 
 
+def test_the_accuracy_the_module_states_is_the_records():
+    """The module docstring's numbers (mean regret per dtype, the middle 80% of estimate / measured) are
+    what `model_accuracy` gives on the record: a refit that changes them must say so there."""
+    text = " ".join(heuristic.__doc__.split())
+    stated = re.search(r"on average ([\d.]+)% slower than the fastest in FP16 and ([\d.]+)% in BF16; .*? within "
+                       r"([\d.]+) to ([\d.]+) times the measured time for 80%", text)  # fmt: skip
+    assert stated, "the docstring no longer states the model's accuracy"
+    rows = results.load("autotune")["rows"]
+    for dtype, percent in (("fp16", stated[1]), ("bf16", stated[2])):
+        regrets, _ = heuristic.model_accuracy([r for r in rows if r["dtype"] == dtype], 132)
+        assert f"{100 * (sum(regrets) / len(regrets) - 1):.1f}" == percent, dtype
+    _, ratios = heuristic.model_accuracy(rows, 132)
+    ratios.sort()
+    assert (f"{ratios[len(ratios) // 10]:.2f}", f"{ratios[9 * len(ratios) // 10]:.2f}") == (stated[3], stated[4])
+
+
 def test_fields_round_trip_and_name_a_config():
     cfg = GemmConfig(block_m=128, block_n=192, num_stages=4, extra={"CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 3})
     assert config_from_fields(heuristic.config_fields(cfg)) == cfg
@@ -78,29 +97,78 @@ def test_the_table_comes_first_then_the_model():
     assert heuristic.pick_config(1, 4096, 4096, "fp16", "NVIDIA H100 PCIe", 114, False)[1] == "heuristic"
 
 
-def test_a_table_entry_the_layout_cannot_take_is_passed_over(tmp_path, monkeypatch):
-    fields = {"block_n": 64, "num_stages": 8, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1}
-    row = {"dtype": "fp16", "m": 512, "n": 512, "k": 512, "config": fields}
-    (tmp_path / "autotune.json").write_text(json.dumps({"provenance": {}, "rows": [row]}))
-    monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path)
+def _table(root, gpu_folder: str, rows: list[dict]) -> None:
+    folder = root / gpu_folder
+    folder.mkdir(parents=True)
+    (folder / "autotune.json").write_text(json.dumps({"provenance": {}, "rows": rows}))
+
+
+@pytest.fixture
+def tables_dir(tmp_path, monkeypatch):
+    """An empty folder of autotune tables in place of the package's (`heuristic.TABLES_DIR`)."""
+    monkeypatch.setattr(heuristic, "TABLES_DIR", tmp_path / "tables")
+    heuristic.table.cache_clear()
+    yield tmp_path / "tables"
+    heuristic.table.cache_clear()
+
+
+def test_the_table_is_package_data_found_by_the_gpus_name(tables_dir):
+    assert heuristic.table_path("NVIDIA H200") == tables_dir / "h200" / "autotune.json"
+    assert heuristic.table_path("NVIDIA H100 80GB HBM3", tables_dir / "x").parent.name == "h100-80gb-hbm3"
+    assert heuristic.gpu_slug("  ") == "unknown-gpu"
+    assert heuristic.table_path("NVIDIA H200", SHIPPED).is_file()  # shipped with the library
+    assert heuristic.Path(heuristic.__file__).resolve().parent / "kernels" / "tables" == SHIPPED
+
+
+def test_the_shipped_table_is_the_records_best_of_every_shape():
+    """deepgemm/kernels/tables/h200/autotune.json is results/h200/autotune.json's best per shape (what
+    `tutorial.autotune.package_table` writes), so the library needs no repository to find it."""
+    shipped = json.loads(heuristic.table_path("NVIDIA H200", SHIPPED).read_text())
+    assert shipped == autotune.package_table(results.load("autotune"))
     heuristic.table.cache_clear()
     try:
-        assert heuristic.pick_config(512, 512, 512, "fp16", *H200, False)[1] == "table"
-        assert heuristic.pick_config(512, 512, 512, "fp16", *H200, True)[1] == "heuristic"
+        assert heuristic.table(heuristic.table_path("NVIDIA H200", SHIPPED)) == {
+            heuristic.problem_key(r): config_from_fields(r["config"]) for r in shipped["rows"]
+        }
     finally:
         heuristic.table.cache_clear()
 
 
-def test_recording_merges_by_shape_and_keeps_every_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path)
+def test_a_table_entry_the_layout_cannot_take_is_passed_over(tables_dir):
+    fields = {"block_n": 64, "num_stages": 8, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1}
+    _table(tables_dir, "h200", [{"dtype": "fp16", "m": 512, "n": 512, "k": 512, "config": fields}])
+    found, source = heuristic.pick_config(512, 512, 512, "fp16", *H200, False)
+    assert source == "table" and found == config_from_fields(fields)
+    assert heuristic.pick_config(512, 512, 512, "fp16", *H200, True)[1] == "heuristic"  # 64 / 2: half a box
+    assert heuristic.pick_config(512, 512, 512, "bf16", *H200, False)[1] == "heuristic"  # another dtype
+    assert heuristic.pick_config(512, 512, 512, "fp16", "NVIDIA H100", 132, False)[1] == "heuristic"  # no table
+
+
+def test_without_a_table_every_problem_gets_the_models_pick(tables_dir):
+    for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096)):
+        assert heuristic.pick_config(m, n, k, "fp16", *H200, False) == (heuristic.choose(m, n, k, 132).config(),
+                                                                        "heuristic")  # fmt: skip
+
+
+def test_recording_merges_by_shape_keeps_every_run_and_writes_the_package_table(tmp_path, monkeypatch, tables_dir):
+    """`tutorial.autotune.record` writes the record under results/<gpu>/ and the table the package ships;
+    here both go to tmp_path (results.REPO and heuristic.TABLES_DIR), never into the checkout."""
+    monkeypatch.setattr(results, "REPO", tmp_path)
+    monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path / "results" / heuristic.gpu_slug(gpu))
     fields = heuristic.config_fields(heuristic.choose(64, 64, 64, 132).config())
     rows = [{"dtype": d, "m": 64, "n": 64, "k": 64, "config": fields, "name": "x", "us": 1.0} for d in ("fp16", "bf16")]
+    assert autotune.table_path("NVIDIA H200").is_relative_to(tables_dir)  # never the checkout's package table
     autotune.record(rows, {"gpu": "NVIDIA H200", "date": "first"})
     autotune.record([{**rows[0], "us": 2.0}], {"gpu": "NVIDIA H200", "date": "second"})
-    record = json.loads((tmp_path / "autotune.json").read_text())
+    record = json.loads((tmp_path / "results" / "h200" / "autotune.json").read_text())
     kept = sorted((r["dtype"], r["us"], r["run"]) for r in record["rows"])
     assert kept == [("bf16", 1.0, "first"), ("fp16", 2.0, "second")]
     assert [run["date"] for run in record["runs"]] == ["first", "second"] and record["provenance"]["date"] == "second"
+    shipped = json.loads((tables_dir / "h200" / "autotune.json").read_text())
+    assert shipped["record"] == "results/h200/autotune.json" and shipped["provenance"]["date"] == "second"
+    assert [(r["dtype"], r["us"]) for r in shipped["rows"]] == [("bf16", 1.0), ("fp16", 2.0)]
+    assert set(shipped["rows"][0]) == set(autotune.PACKAGE_FIELDS)
+    assert heuristic.pick_config(64, 64, 64, "fp16", *H200, False) == (config_from_fields(fields), "table")
 
 
 def test_the_recorded_table_holds_the_fastest_verified_candidate_of_every_shape():

@@ -1,6 +1,8 @@
-"""The layers import one way: stages/ and lab/ may import deepgemm/, deepgemm/ reaches a stage only through
-its registry (deepgemm/stages.py) and the library call (deepgemm/api.py), and nothing but the lab imports it.
-Read from the sources with `ast`, so a new import that breaks the rule fails here, not in a cycle later."""
+"""The layers import one way. deepgemm/ (the installed library) imports nothing of the repository around it;
+tutorial/ (the harness) imports deepgemm, and the stage packages only through its registry
+(tutorial/stages.py, `stages.load`) and the library's harness launch (tutorial/library.py); nothing but the
+lab imports the lab; and the library writes no files, so that nothing it records can land in site-packages.
+Read from the sources with `ast`, so a new import that breaks a rule fails here, not in a cycle later."""
 
 from __future__ import annotations
 
@@ -10,11 +12,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-REGISTRY = {"deepgemm/stages.py", "deepgemm/api.py"}  # where deepgemm may name a stage
+PROJECT = ("deepgemm", "tutorial", "stages", "lab")
+STAGE_REGISTRY = {"tutorial/stages.py", "tutorial/library.py"}  # where the harness may reach a stage package
 
 
 def _sources(folder: str) -> list[Path]:
     return sorted((REPO / folder).rglob("*.py"))
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
 
 
 def _imports(path: Path, *, in_functions: bool = False) -> list[str]:
@@ -36,38 +43,133 @@ def _package(module: str) -> str:
     return module.split(".", 1)[0]
 
 
-def test_the_harness_names_a_stage_only_in_the_registry_and_the_library_call():
-    offenders = {
-        path.relative_to(REPO).as_posix(): module
-        for path in _sources("deepgemm")
-        if path.relative_to(REPO).as_posix() not in REGISTRY
-        for module in _imports(path)
-        if _package(module) == "stages"
-    }
-    assert not offenders, f"deepgemm/ imports stages outside {sorted(REGISTRY)}: {offenders}"
+def _offenders(folders: list[str], forbidden: set[str], exempt: set[str] = frozenset()) -> dict[str, list[str]]:
+    """File -> the modules of the `forbidden` packages it imports, at any depth."""
+    found = {}
+    for folder in folders:
+        for path in _sources(folder):
+            modules = sorted({m for m in _imports(path) if _package(m) in forbidden})
+            if modules and _relative(path) not in exempt:
+                found[_relative(path)] = modules
+    return found
 
 
-@pytest.mark.parametrize("folder", ["deepgemm", "stages"])
-def test_nothing_below_the_lab_imports_it(folder):
-    offenders = {
-        p.relative_to(REPO).as_posix(): m for p in _sources(folder) for m in _imports(p) if _package(m) == "lab"
-    }
+def test_the_rule_reads_imports_at_every_depth_and_relative_ones_not(tmp_path):
+    """The reader the rules rely on: imports in functions and classes count, `from a import b` names a.b,
+    and a relative import (inside one package) names no package."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import os\nfrom tutorial import stages\nfrom . import sibling\n"
+        "class C:\n    def f(self):\n        import lab.gpc\n"
+    )
+    assert _imports(source) == ["os", "tutorial", "tutorial.stages", "lab.gpc"]
+    assert _imports(source, in_functions=True) == ["lab.gpc"]
+
+
+def test_the_library_imports_nothing_of_the_repository_around_it():
+    offenders = _offenders(["deepgemm"], {"tutorial", "stages", "lab"})
+    assert not offenders, f"deepgemm/ imports the tutorial, the stages or the lab: {offenders}"
+
+
+def test_the_harness_reaches_a_stage_package_only_through_its_registry():
+    offenders = _offenders(["tutorial"], {"stages"}, exempt=STAGE_REGISTRY)
+    assert not offenders, f"tutorial/ imports a stage package outside {sorted(STAGE_REGISTRY)}: {offenders}"
+    loaders = [
+        _relative(path)
+        for path in _sources("tutorial") + _sources("deepgemm")
+        if "import_module(" in path.read_text() and _relative(path) not in STAGE_REGISTRY
+    ]
+    assert not loaders, f"a module loaded by name outside the registry: {loaders}"
+
+
+def test_the_stages_import_the_library_and_the_harness_only():
+    """A stage's launcher builds on deepgemm (its checks, config, maps) and tutorial.launch; the lab is
+    not below it."""
+    offenders = _offenders(["stages"], {"lab"})
+    assert not offenders, f"stages/ imports the lab: {offenders}"
+
+
+@pytest.mark.parametrize("folder", ["deepgemm", "tutorial", "stages", "tests", "scripts"])
+def test_nothing_but_the_lab_imports_it(folder):
+    offenders = _offenders([folder], {"lab"})
     assert not offenders, f"{folder}/ imports the lab: {offenders}"
 
 
-@pytest.mark.parametrize("folder", ["deepgemm", "stages"])
+@pytest.mark.parametrize("folder", ["deepgemm", "tutorial", "stages"])
 def test_no_function_imports_the_project_itself(folder):
     """A project import inside a function hides a cycle; only optional or heavy third-party modules (torch,
     cuda.bindings, pynvml ...) are imported where they are used."""
     offenders = {
-        p.relative_to(REPO).as_posix(): m
-        for p in _sources(folder)
-        for m in _imports(p, in_functions=True)
-        if _package(m) in ("deepgemm", "stages", "lab")
+        _relative(p): m for p in _sources(folder) for m in _imports(p, in_functions=True) if _package(m) in PROJECT
     }
     assert not offenders, f"function-local project imports in {folder}/: {offenders}"
 
 
+WRITES = ("write_text(", "write_bytes(", "mkdir(", "makedirs(", "NamedTemporaryFile(", "TemporaryDirectory(")
+
+
+def _writes(path: Path) -> list[str]:
+    """What in a source writes a file: a path method or os function that writes, or open() in a mode
+    other than reading."""
+    text = path.read_text()
+    found = [call for call in WRITES if call in text]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "open":
+            modes = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "mode")]
+            mode = modes[0] if modes else None
+            if not (mode is None or (isinstance(mode, ast.Constant) and set(str(mode.value)) <= {"r", "b", "t"})):
+                found.append(f"open(..., {ast.unparse(mode)}) at line {node.lineno}")
+    return found
+
+
+def test_the_write_check_sees_every_way_to_write(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "open(p)\nopen(p, 'rb')\nopen(p, mode='r')\nopen(p, 'w')\np.open(mode='a')\n"
+        "p.write_text('x')\np.parent.mkdir()\n"
+    )
+    assert _writes(source) == ["write_text(", "mkdir(", "open(..., 'w') at line 4", "open(..., 'a') at line 5"]
+
+
+def test_the_library_writes_no_files():
+    """Records and tables are written by the tutorial (results/, and the package table from a checkout);
+    an installed library only reads its package data."""
+    offenders = {_relative(p): w for p in _sources("deepgemm") if (w := _writes(p))}
+    assert not offenders, f"deepgemm/ writes files: {offenders}"
+
+
+def _module_file(module: str) -> Path | None:
+    """The repository file of a project module, or None for a name that is not one (an attribute)."""
+    base = REPO / module.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _closure(path: Path) -> set[str]:
+    """Every project module a file imports, and the ones they import in turn (packages' __init__ too)."""
+    seen, todo = set(), [path]
+    while todo:
+        for module in _imports(todo.pop()):
+            if _package(module) not in PROJECT:
+                continue
+            parts = module.split(".")
+            for name in (".".join(parts[: i + 1]) for i in range(len(parts))):
+                found = _module_file(name)
+                if found is not None and name not in seen:
+                    seen.add(name)
+                    todo.append(found)
+    return seen
+
+
+def test_the_closure_follows_imports_into_the_project():
+    assert {"tutorial.runner", "tutorial.check"} <= _closure(REPO / "stages" / "v5_fused" / "__main__.py")
+
+
 def test_a_stage_runs_without_the_cli():
-    for main in (REPO / "stages").glob("*/__main__.py"):
-        assert "deepgemm.cli" not in _imports(main), main
+    """`python -m stages.<stage>` checks and times one stage; the CLI (and all it imports) is not loaded."""
+    mains = sorted((REPO / "stages").glob("*/__main__.py"))
+    assert len(mains) == 6
+    for main in mains:
+        assert "tutorial.cli" not in _closure(main), main

@@ -87,9 +87,11 @@ def test_the_128_byte_swizzle_spreads_a_column_of_8_rows_over_8_bank_groups():
         assert column_conflict_ways(chunk, swizzle=True) == 1
 
 
-def test_the_swizzle_model_is_the_formula_the_kernels_address_by():
-    """v5 writes its store boxes at row * 128 + (group ^ (row % 8)) * 16: the model's chunk ^ (row % 8)."""
+@pytest.mark.parametrize("kernel", ["stages/v5_fused/kernel.cu", "deepgemm/kernels/gemm_sm90.cu"])
+def test_the_swizzle_model_is_the_formula_the_kernels_address_by(kernel):
+    """v5 and the library kernel write their store boxes at row * 128 + (group ^ (row % 8)) * 16: the
+    model's chunk ^ (row % 8)."""
     from pathlib import Path
 
-    source = (Path(__file__).resolve().parent.parent / "stages" / "v5_fused" / "kernel.cu").read_text()
+    source = (Path(__file__).resolve().parent.parent / kernel).read_text()
     assert "box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16)" in source

@@ -5,7 +5,7 @@ import pytest
 
 from deepgemm.dtypes import BFLOAT16, FLOAT16, dtype_defines, dtype_name, input_dtype
 from deepgemm.operands import as_device_array, check_compute_capability, padded_k
-from deepgemm.stages import parse_stages, stage_name
+from tutorial.stages import parse_stages, stage_name
 
 
 def test_rejects_host_arrays():
@@ -67,3 +67,89 @@ def test_rejects_a_gpu_the_stage_cannot_run_on(cc, min_cc, exact, message):
 def test_accepts_hopper_for_the_sm90a_stages_and_newer_gpus_for_the_portable_ones():
     check_compute_capability((9, 0), "H200", (9, 0), "v5_fused", exact=True)
     check_compute_capability((10, 0), "B200", (8, 0), "v2_mma_sync")
+
+
+def _gpu_array(shape, strides=None, dtype=np.float16, ptr=0x10000, device=0):
+    """A CuPy array over memory that is never touched: its metadata is all the checks read (no GPU needed)."""
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    strides = strides or tuple(itemsize * int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+    memory = cupy.cuda.UnownedMemory(ptr, 1 << 30, None, device)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
+
+
+def test_a_checked_problem_is_views_of_the_callers_arrays_and_allocates_nothing():
+    from deepgemm.operands import check_operands
+
+    a, b = _gpu_array((300, 72)), _gpu_array((72, 40), ptr=0x200000)
+    p = check_operands(a, b)
+    assert (p.m, p.n, p.k, p.out_dtype, p.out) == (300, 40, 72, FLOAT16, None)
+    assert p.a is a and p.b is b
+    out = _gpu_array((300, 40), (192, 4), np.float32, ptr=0x400000)  # a row stride past N is fine
+    assert check_operands(a, b, out, np.float32).out is out
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "error", "message"),
+    [
+        (((4, 8, 2),), ((8, 4),), ValueError, r"a must be 2-D, got shape \(4, 8, 2\)"),
+        (((4, 8),), ((8, 4), None, np.float32), TypeError, "b has dtype float32; the kernels take float16 or bfloat16"),
+        (((4, 8),), ((8, 4), None, BFLOAT16), TypeError, "a is float16 but b is bfloat16"),
+        (((4, 8),), ((9, 4),), ValueError, "b has 9 rows but a has K = 8 columns"),
+        (((0, 8),), ((8, 4),), ValueError, "empty problem: M = 0"),
+        (((4, 8),), ((8, 4), None, np.float16, 0x10000, 1), ValueError, "a is on GPU 0 but b is on GPU 1"),
+    ],
+)
+def test_a_problem_the_kernels_cannot_take_is_named(a, b, error, message):
+    from deepgemm.operands import check_operands
+
+    with pytest.raises(error, match=message):
+        check_operands(_gpu_array(*a), _gpu_array(*b))
+
+
+@pytest.mark.parametrize(
+    ("out", "out_dtype", "error", "message"),
+    [
+        (((4, 5),), None, ValueError, r"out has shape \(4, 5\); the product is \(4, 6\)"),
+        (((4, 6), None, np.float32), None, TypeError, "out has dtype float32; expected float16"),
+        (((4, 6),), np.float32, TypeError, "out has dtype float16; expected float32"),
+        (((4, 6), (2, 8)), None, ValueError, r"row-major with unit column stride; it has strides \(2, 8\)"),
+        (((4, 6), (8, 2)), None, ValueError, r"row-major with unit column stride; it has strides \(8, 2\)"),
+        (None, np.dtype(np.float64), TypeError, "out_dtype float64 is not supported"),
+    ],
+)
+def test_an_out_the_call_cannot_write_is_named(out, out_dtype, error, message):
+    from deepgemm.operands import check_operands
+
+    with pytest.raises(error, match=message):
+        check_operands(_gpu_array((4, 8)), _gpu_array((8, 6)), None if out is None else _gpu_array(*out), out_dtype)
+
+
+def test_a_bias_must_be_a_float_vector_of_n():
+    from deepgemm.operands import check_bias
+
+    vector = _gpu_array((6,), dtype=np.float32)
+    assert check_bias(vector, 6) is vector
+    with pytest.raises(ValueError, match=r"bias has shape \(5,\); it must be a vector of N = 6"):
+        check_bias(_gpu_array((5,), dtype=np.float32), 6)
+    with pytest.raises(TypeError, match="bias has dtype int32"):
+        check_bias(_gpu_array((6,), dtype=np.int32), 6)
+    with pytest.raises(TypeError, match=r"bias is a host numpy\.ndarray"):
+        check_bias(np.zeros(6, np.float32), 6)
+
+
+def test_without_a_usable_gpu_a_stage_says_so(monkeypatch):
+    import cupy
+
+    from deepgemm.operands import require_gpu
+
+    def no_driver():
+        raise cupy.cuda.runtime.CUDARuntimeError(35)  # cudaErrorInsufficientDriver
+
+    monkeypatch.setattr(cupy.cuda.runtime, "getDeviceCount", no_driver)
+    with pytest.raises(RuntimeError, match="v3_wgmma_tma needs a CUDA GPU and none is usable here"):
+        require_gpu((9, 0), "v3_wgmma_tma", exact=True)
+    monkeypatch.setattr(cupy.cuda.runtime, "getDeviceCount", lambda: 0)
+    with pytest.raises(RuntimeError, match="v0_naive needs a CUDA GPU and none is visible"):
+        require_gpu((7, 0), "v0_naive")

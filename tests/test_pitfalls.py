@@ -4,8 +4,10 @@ the bank-group model, accumulation order and the occupancy arithmetic."""
 import pytest
 from kernels import compiled, launcher_defines
 
-from deepgemm import pitfalls
-from deepgemm.jit import compile_source, disassemble, kernel_path
+from deepgemm.jit import compile_source
+from tutorial import pitfalls
+from tutorial.sass import disassemble
+from tutorial.stages import kernel_path
 
 WAIT_LINE = "wgmma_wait_group<0>();  // this warpgroup's reads of the stage are done"
 
@@ -52,8 +54,11 @@ def test_fp32_accumulation_errs_little_in_any_order_and_fp16_much():
 
 
 def test_occupancy_of_the_compiled_v3_and_v4():
-    v3 = compiled("v3_wgmma_tma", launcher_defines("v3_wgmma_tma", False))
-    v4 = compiled("v4_pipeline_swizzle", launcher_defines("v4_pipeline_swizzle", False))
-    assert pitfalls.ctas_per_sm(256, v3.registers, 66560 + v3.static_smem_bytes)["ctas"] == 2
-    assert pitfalls.ctas_per_sm(384, v4.registers, 197632 + v4.static_smem_bytes)["ctas"] == 1
+    """From the compiled kernels' threads, registers and shared memory (dynamic, as exported, and static):
+    two v3 CTAs fit an SM, one v4 (its 4 stages of 48 KB); and the arithmetic of the model itself."""
+    for stage, ctas in (("v3_wgmma_tma", 2), ("v4_pipeline_swizzle", 1)):
+        report = compiled(stage, launcher_defines(stage, False))
+        facts = report.launch_facts()
+        smem = facts.smem_bytes + report.static_smem_bytes
+        assert pitfalls.ctas_per_sm(facts.threads, report.registers, smem)["ctas"] == ctas, (stage, facts)
     assert pitfalls.ctas_per_sm(256, 90, 66560)["by_smem"] == 3

@@ -10,21 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from deepgemm import source_profile as sp
-from deepgemm.jit import compile_report, disassemble, kernel_path
+from tutorial import source_profile as sp
+from tutorial.sass import disassemble
+from tutorial.stages import compile_report, kernel_path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import function_sass, launcher_defines, normalised_sass
+from kernels import function_sass, launcher_defines, normalised_sass, sass
 
-WARP_SPECIALISED = ("v4_pipeline_swizzle", "v5_fused")
+WARP_SPECIALISED = ("v4_pipeline_swizzle", "v5_fused", "library")  # `profile --source` also takes the library
 
 
 @pytest.mark.parametrize("stage", WARP_SPECIALISED)
 def test_a_line_table_leaves_the_sass_as_it_is(stage):
     """`profile --source` profiles the kernel built with -lineinfo: it must be the kernel that ships."""
-    defines = dict(launcher_defines(stage, False))
-    plain = disassemble(compile_report(stage, defines).cubin)
-    lined = disassemble(compile_report(stage, defines, options=("-lineinfo",)).cubin)
+    defines = launcher_defines(stage, False)
+    plain = sass(stage, defines)
+    lined = disassemble(compile_report(stage, dict(defines), options=("-lineinfo",)).cubin)
     assert normalised_sass(plain, "gemm_kernel") == normalised_sass(lined, "gemm_kernel")
 
 
@@ -113,7 +114,7 @@ def test_the_jit_adds_a_line_table_only_when_asked(monkeypatch):
 def test_the_notebooks_instruction_table_reads_the_record():
     """Per stage, the instructions with the most stall samples, their main reason, role and kernel.cu line:
     shares that fall, reasons that are stall names, and v4's and v5's largest wait on their own wgmma."""
-    from deepgemm import results, tables
+    from tutorial import results, tables
 
     rows = results.load("profile_source")["rows"]
     reasons = {name.removeprefix("stall_") for name in rows[0]["instructions"][0] if name.startswith("stall_")}

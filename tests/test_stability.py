@@ -1,10 +1,13 @@
-"""The stability run: its summary, its recorded result, and on a GPU that its comparison catches one bit."""
+"""The stability run: its summary, its recorded result, the stages it takes (the library call among them),
+and on a GPU that its comparison catches one bit."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from deepgemm import results, stability
+from tutorial import cli, results, stability, stages
 
 
 def _rows(mismatched: int = 0) -> list[dict]:
@@ -37,6 +40,48 @@ def test_recorded_stability_run_found_every_launch_identical():
         assert row["passed"] and row["mismatched"] == 0, row
 
 
+def _stability_stage(monkeypatch, *argv: str) -> list[str]:
+    """The stage `python -m tutorial stability ...` hands the run, on a faked GPU."""
+    seen = []
+
+    def fake_rows(stage, m, n, k, dtype, *, seconds, streams, log):
+        seen.append(stage)
+        return [{**row, "stage": stage, "passed": True} for row in _rows()]
+
+    monkeypatch.setattr(cli, "gpu_available", lambda: True)
+    monkeypatch.setattr(stability, "stability_rows", fake_rows)
+    assert cli.main(["stability", "--m", "256", *argv]) == 0
+    return seen
+
+
+def test_the_stability_command_runs_v5_by_default_and_the_library_call_on_request(monkeypatch, capsys):
+    assert _stability_stage(monkeypatch) == ["v5_fused"]
+    assert _stability_stage(monkeypatch, "--stage", "library") == ["library"]
+    assert _stability_stage(monkeypatch, "--stage", "v4") == ["v4_pipeline_swizzle"]
+    assert "library fp16 4096x4096x4096, one stream" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ["v5_fused", "library"])
+def test_every_stage_the_run_takes_plans_into_a_given_output(stage):
+    """input_sets plans `plan(a, b, out)` per buffer: the stages' launchers and the library call alike."""
+    launcher = stages.load(stage)
+    assert list(inspect.signature(launcher.plan).parameters)[:3] == ["a", "b", "out"]
+    if stage == "library":
+        assert launcher.__name__ == "tutorial.library"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", ["v5_fused", "library"])
+def test_the_stability_run_of_v5_and_of_the_library_call_passes(stage):
+    from gpu import stage_or_skip
+
+    stage_or_skip(stage)
+    long, streams = stability.stability_rows(stage, 512, 384, 320, "bf16", seconds=1.0, streams=2, log=print)
+    assert long["stage"] == streams["stage"] == stage
+    assert long["passed"] and streams["passed"] and long["mismatched"] == streams["mismatched"] == 0
+    assert long["launches"] >= stability.BUFFERS and streams["launches"] == 2 * stability.BUFFERS
+
+
 @pytest.mark.gpu
 def test_stability_run_passes_and_its_comparison_sees_one_flipped_bit():
     long, streams = stability.stability_rows("v5_fused", 512, 512, 512, "fp16", seconds=1.0, streams=2, log=print)
@@ -45,7 +90,7 @@ def test_stability_run_passes_and_its_comparison_sees_one_flipped_bit():
 
     import cupy
 
-    from deepgemm import bench
+    from tutorial import bench
 
     input_set = stability.input_sets("v5_fused", bench.Workload.make(256, 256, 256, "fp16"), buffers=2)[0]
     for plan in input_set.plans:

@@ -1,11 +1,11 @@
-"""deepgemm.tables and deepgemm.diff on a CPU: rows selected and tables built from SYNTHETIC rows."""
+"""tutorial.tables and tutorial.diff on a CPU: rows selected and tables built from SYNTHETIC rows."""
 
 from __future__ import annotations
 
 import pytest
 from fake_rows import FAKE_TFLOPS, fake_bench_rows, fake_profile_rows, fake_variant_rows
 
-from deepgemm import diff, results, tables
+from tutorial import diff, results, tables
 
 
 def test_rows_for_filters_by_short_or_full_stage_dtype_and_shape():
@@ -107,7 +107,7 @@ def test_epilogue_table_pairs_plain_fused_cublaslt_and_cublas():
 
 
 def test_shipped_rows_finds_v5_as_it_ships_in_every_suite():
-    from deepgemm import stages
+    from tutorial import stages
 
     defaults = stages.load("v5").DEFAULTS.extra
     names = ["v5_fused", f"v5_fused GROUP_M={defaults['GROUP_M']}", f"v5_fused CLUSTER_M={defaults['CLUSTER_M']}"]
@@ -117,7 +117,7 @@ def test_shipped_rows_finds_v5_as_it_ships_in_every_suite():
 
 
 def test_the_call_summary_takes_medians_per_shape_and_the_range_of_x_torch():
-    from deepgemm.tables import call_summary
+    from tutorial.tables import call_summary
 
     def row(m: int, x: float, host: float) -> dict:
         return {"dtype": "fp16", "m": m, "n": 64, "k": 64, "x_torch": x, "host_us": host, "torch_host_us": 12.0,

@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 from gpu import stage_or_skip
-from kernels import compiled, launcher_defines, sass
+from kernels import compiled, kernel_knobs, launcher_defines, sass
 
-from deepgemm import timeline
-from deepgemm.jit import kernel_path
+from tutorial import timeline
+from tutorial.stages import kernel_path
 
 
 @pytest.mark.parametrize("stage", timeline.STAGES)
@@ -75,7 +75,7 @@ def test_stamps_decode_into_spans_per_role_and_per_stage():
 
 
 def test_the_figure_has_a_lane_per_role_and_per_stage():
-    from deepgemm.figures import pipeline_timeline
+    from tutorial.figures import pipeline_timeline
 
     rows = [{"stage": "v4_pipeline_swizzle", "dtype": "fp16", **row} for row in timeline.decode(_two_stage_run())]
     fig = pipeline_timeline(rows)
@@ -87,6 +87,16 @@ def test_the_figure_has_a_lane_per_role_and_per_stage():
 def test_a_stage_without_a_timeline_is_refused_by_name():
     with pytest.raises(ValueError, match="v3_wgmma_tma has no timeline"):
         timeline.record("v3_wgmma_tma", 256, 256, 256, "fp16")
+
+
+def test_the_library_kernel_carries_no_timeline():
+    """The stamps are the lessons' instrument: the library's kernel has no TIMELINE knob and no stamp buffer,
+    its build reads no clock, and a timeline of it is refused by name."""
+    assert "TIMELINE" not in kernel_knobs("library")
+    assert timeline.SYMBOL not in kernel_path("library").read_text()
+    assert "SR_CLOCK" not in sass("library", launcher_defines("library", False))
+    with pytest.raises(ValueError, match="library has no timeline"):
+        timeline.record("library", 256, 256, 256, "fp16")
 
 
 @pytest.mark.gpu
@@ -109,7 +119,7 @@ def test_a_stamped_launch_is_right_and_stamps_every_k_tile(stage):
 
 
 def test_a_timeline_with_knobs_is_not_recorded_over_the_shipped_one():
-    from deepgemm.cli import main
+    from tutorial.cli import main
 
     with pytest.raises(SystemExit, match="printed, not recorded"):
         main(["timeline", "--knobs", "BOX_K=8", "--record"])

@@ -1,3 +1,8 @@
+"""TMA's rules, the layouts read in place, and the tensor-map cache, without a GPU."""
+
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 from deepgemm.tma import tile_map_spec
@@ -28,8 +33,6 @@ def test_rejects_what_tma_cannot_describe(shape, strides, ptr, box, swizzle, mes
 
 
 def _matrix(ptr: int, row_bytes: int, itemsize: int = 2):
-    from types import SimpleNamespace
-
     return SimpleNamespace(data=SimpleNamespace(ptr=ptr), strides=(row_bytes, itemsize), itemsize=itemsize)
 
 
@@ -49,33 +52,96 @@ def test_tma_describable_follows_the_16_byte_rules(ptr, row_bytes, itemsize, des
     assert tma_describable(_matrix(ptr, row_bytes, itemsize)) is describable
 
 
+def _matrix_2d(ptr: int, rows: int = 64, cols: int = 64, dtype=np.float16):
+    """A stand-in for a row-major CuPy matrix: what `encode_tile_map` reads of one."""
+    itemsize = np.dtype(dtype).itemsize
+    return SimpleNamespace(data=SimpleNamespace(ptr=ptr), shape=(rows, cols), strides=(cols * itemsize, itemsize),
+                           itemsize=itemsize, dtype=np.dtype(dtype))  # fmt: skip
+
+
 def test_tensor_maps_are_encoded_once_per_address_shape_and_box(monkeypatch):
-    from types import SimpleNamespace
-
-    import numpy as np
-
     from deepgemm import tma
 
     calls = []
     monkeypatch.setattr(tma, "_MAPS", {})
-    monkeypatch.setattr(tma, "_encode_tile_map", lambda x, *box: calls.append((x.data.ptr, *box)) or len(calls))
+    monkeypatch.setattr(tma, "encode_spec", lambda spec, dtype, address: calls.append((address, spec)) or len(calls))
 
-    def matrix(ptr, rows=64):
-        return SimpleNamespace(data=SimpleNamespace(ptr=ptr), shape=(rows, 64), strides=(128, 2), dtype=np.float16)
+    first = tma.encode_tile_map(_matrix_2d(0x1000), 64, 64, 128)
+    assert first == tma.encode_tile_map(_matrix_2d(0x1000), 64, 64, 128) == 1
+    tma.encode_tile_map(_matrix_2d(0x2000), 64, 64, 128)  # another address
+    tma.encode_tile_map(_matrix_2d(0x1000, rows=32), 64, 64, 128)  # another shape
+    tma.encode_tile_map(_matrix_2d(0x1000), 32, 64, 128)  # another box
+    tma.encode_tile_map(_matrix_2d(0x1000, cols=32), 64, 32, 64)  # another swizzle (and row stride)
+    tma.encode_tile_map(_matrix_2d(0x1000, dtype=np.float32, cols=32), 64, 32, 128)  # another dtype
+    assert len(calls) == 6
+    address, spec = calls[2]
+    assert address == 0x1000 and (spec.rows, spec.box_rows) == (32, 64)
 
-    assert tma.encode_tile_map(matrix(0x1000), 64, 64, 128) == tma.encode_tile_map(matrix(0x1000), 64, 64, 128) == 1
-    tma.encode_tile_map(matrix(0x2000), 64, 64, 128)  # another address
-    tma.encode_tile_map(matrix(0x1000, rows=32), 64, 64, 128)  # another shape
-    tma.encode_tile_map(matrix(0x1000), 32, 64, 128)  # another box
-    assert len(calls) == 4
+
+def test_the_map_cache_drops_its_oldest_entry_when_full(monkeypatch):
+    from deepgemm import tma
+
+    calls = []
+    monkeypatch.setattr(tma, "_MAPS", {})
+    monkeypatch.setattr(tma, "MAP_CACHE_SIZE", 2)
+    monkeypatch.setattr(tma, "encode_spec", lambda spec, dtype, address: calls.append(address) or address)
+    for ptr in (0x1000, 0x2000, 0x3000, 0x2000, 0x1000):
+        tma.encode_tile_map(_matrix_2d(ptr), 64, 64, 128)
+    assert calls == [0x1000, 0x2000, 0x3000, 0x1000]  # 0x2000 was still held; 0x1000 had been dropped
+    assert len(tma._MAPS) == 2
+
+
+def test_a_map_is_refused_before_the_driver_is_asked(monkeypatch):
+    from deepgemm import tma
+
+    monkeypatch.setattr(tma, "_MAPS", {})
+    monkeypatch.setattr(tma, "encode_spec", lambda *args: pytest.fail("encoded a map TMA cannot describe"))
+    with pytest.raises(ValueError, match="16-byte aligned base"):
+        tma.encode_tile_map(_matrix_2d(0x1008), 64, 64, 128)
+    assert not tma._MAPS
+
+
+@pytest.mark.parametrize(("dtype", "name"), [(np.float16, "float16"), (np.float32, "float32"), ("bf16", "bfloat16")])
+def test_encode_spec_asks_the_driver_for_the_spec_at_the_address(monkeypatch, dtype, name):
+    """A plan encodes its maps at a placeholder address; the driver gets the matrix innermost first as
+    `encode_tiled_2d` takes it, and the 128 bytes come back as the value a __grid_constant__ map takes."""
+    from deepgemm import tma
+    from deepgemm.dtypes import BFLOAT16
+
+    dtype = BFLOAT16 if dtype == "bf16" else np.dtype(dtype)
+    asked = []
+
+    def encode_tiled_2d(dtype_name, address, cols, rows, row_stride_bytes, box, swizzle):
+        asked.append((dtype_name, address, cols, rows, row_stride_bytes, box, swizzle))
+        return bytes(range(128))
+
+    monkeypatch.setattr(tma, "encode_tiled_2d", encode_tiled_2d)
+    spec = tma.tile_map_spec((300, 520), (1040 * dtype.itemsize, dtype.itemsize), 0, dtype.itemsize, 128,
+                             64 // dtype.itemsize, 128)  # fmt: skip
+    found = tma.encode_spec(spec, dtype, 1 << 20)
+    assert asked == [(name, 1 << 20, 520, 300, 1040 * dtype.itemsize, (128, 64 // dtype.itemsize), 128)]
+    assert found.dtype.itemsize == tma.DESCRIPTOR_BYTES and found.tobytes() == bytes(range(128))
+
+
+@pytest.mark.parametrize(
+    ("mn_major", "rows", "itemsize", "box"),
+    [
+        (False, 128, 2, (128, 64)),  # K-major: rows x box_k
+        (False, 16, 2, (16, 64)),  # a swapped B of 16 rows
+        (True, 128, 2, (64, 64)),  # MN-major: box_k rows of K x one 128-byte span of M
+        (True, 256, 4, (64, 32)),
+    ],
+)
+def test_an_operand_box_spans_k_or_one_swizzle_row_of_mn(mn_major, rows, itemsize, box):
+    from deepgemm.tma import operand_box
+
+    assert operand_box(mn_major, rows, 64, 128, itemsize) == box
 
 
 class _Operand:
     """A stand-in for a (rows, K) CuPy view: byte strides, a base address, and `.T`."""
 
     def __init__(self, strides: tuple[int, int], ptr: int = 0x10000, itemsize: int = 2) -> None:
-        from types import SimpleNamespace
-
         self.strides, self.itemsize, self.data = strides, itemsize, SimpleNamespace(ptr=ptr)
 
     @property

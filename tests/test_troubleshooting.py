@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepgemm import troubleshooting
+from tutorial import troubleshooting
 
 
 def test_a_plain_sm_90_build_fails_on_the_hopper_only_instructions():

@@ -1,0 +1,293 @@
+"""The library kernel's options through the library call (tutorial.library runs deepgemm.gemm into a given
+output, as the harness runs a stage): tile widths, clusters on either operand, split-K, swap AB, every
+operand layout, every epilogue, and the checks that refuse what the kernel cannot do (needs a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+from gpu import stage_or_skip
+
+from tutorial.stages import LIBRARY
+
+pytestmark = pytest.mark.gpu
+
+
+def _check(launcher, a, b, **kwargs):
+    from tutorial.check import reference, verify
+
+    launch = launcher.plan(a, b, **kwargs)
+    return verify(launch, reference(a, b), launch.out)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu", None])
+@pytest.mark.parametrize("out_dtype", ["fp16", "bf16", "fp32"])
+def test_library_fused_epilogue_matches_reference(activation, out_dtype):
+    """Every activation into every output type, whatever the input's (here bf16), at tails."""
+    import cupy
+
+    from deepgemm.dtypes import BFLOAT16, OUTPUT_DTYPES
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    for i, (m, n, k) in enumerate(((129, 300, 136), (256, 512, 1024), (17, 3, 40))):
+        a, b = random_problem(m, n, k, BFLOAT16, seed=50 + i)
+        bias = cupy.random.default_rng(i).random(n, dtype=cupy.float32) * 2 - 1
+        launch = launcher.plan(a, b, bias=bias, alpha=0.5, activation=activation, out_dtype=OUTPUT_DTYPES[out_dtype])
+        stats = verify(launch, reference(a, b, alpha=0.5, bias=bias, activation=activation), launch.out)
+        assert stats.passed, f"{m}x{n}x{k} {activation} {out_dtype}: {stats.summary()}"
+
+
+def test_library_gemm_checks_its_config():
+    import cupy
+
+    import deepgemm
+    from deepgemm.dtypes import FLOAT16
+    from tutorial.check import error_stats, random_problem, reference
+
+    stage_or_skip(LIBRARY)
+    a, b = random_problem(300, 200, 96, FLOAT16, seed=11, b_k_major=False)
+    assert error_stats(deepgemm.gemm(a, b), reference(a, b)).passed
+    with pytest.raises(ValueError, match="exceeds the GPU's shared memory per block"):
+        deepgemm.gemm(a, b, config=deepgemm.GemmConfig(num_stages=6))
+    with pytest.raises(ValueError, match="BLOCK_K = 32 must be one of"):
+        deepgemm.gemm(a, b, config=deepgemm.GemmConfig(block_k=32))
+    with pytest.raises(ValueError, match="bias has shape"):
+        deepgemm.gemm(a, b, bias=cupy.zeros(3, dtype=cupy.float32))
+    with pytest.raises(ValueError, match="activation 'tanh'"):
+        deepgemm.gemm(a, b, activation="tanh")
+
+
+def test_library_clusters_on_either_operand_and_tile_groups_match_reference():
+    """CLUSTER_M = 1 (no multicast), GROUP_M = 1 (row-major order) and 2 x 2 clusters (CLUSTER_N = 2: A
+    multicast too), at shapes with odd tile-row and tile-column counts, where a cluster's second CTA along
+    M or N has no rows or columns of C."""
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16
+    from tutorial.check import random_problem
+
+    launcher = stage_or_skip(LIBRARY)
+    for cluster_m, group_m, cluster_n in ((1, 16, 1), (2, 1, 1), (1, 1, 1), (2, 16, 2), (1, 16, 2)):
+        config = GemmConfig(extra={"CLUSTER_M": cluster_m, "GROUP_M": group_m, "CLUSTER_N": cluster_n})
+        for i, (m, n, k) in enumerate(((300, 520, 200), (1152, 768, 64), (4096, 4096, 4096))):
+            a, b = random_problem(m, n, k, BFLOAT16, seed=90 + i)
+            stats = _check(launcher, a, b, config=config)
+            assert stats.passed, f"{m}x{n}x{k} {config.extra}: {stats.summary()}"
+    a, b = random_problem(64, 64, 64, BFLOAT16, seed=1)
+    with pytest.raises(ValueError, match="CLUSTER_M = 4 must be one of"):
+        launcher.plan(a, b, config=GemmConfig(extra={"CLUSTER_M": 4}))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_with_128_wide_tiles_matches_reference(dtype):
+    """BLOCK_N 128 (wgmma m64n128k16): tails in every dimension, clusters on and off, a fused epilogue,
+    and shapes where every CTA of the persistent grid takes several tiles."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    failures = []
+    for cluster_m in (1, 2):
+        config = GemmConfig(block_n=128, extra={"CLUSTER_M": cluster_m})
+        for i, (m, n, k) in enumerate(((129, 200, 72), (1000, 3000, 520), (2304, 4096, 200), (4096, 4096, 4096))):
+            a, b = random_problem(m, n, k, input_dtype(dtype), seed=700 + i)
+            stats = _check(launcher, a, b, config=config)
+            if not stats.passed:
+                failures.append(f"{m}x{n}x{k} CLUSTER_M={cluster_m}: {stats.summary()}")
+    a, b = random_problem(300, 520, 200, input_dtype(dtype), seed=7)
+    bias = cupy.random.default_rng(7).random(520, dtype=cupy.float32) * 2 - 1
+    launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", config=GemmConfig(block_n=128))
+    stats = verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out)
+    assert stats.passed, f"fused: {stats.summary()}"
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
+    """[6] SPLIT_K 2, 3 and 4, clusters on and off, 128- and 64-row tiles: small M (what it is for), tails
+    in every dimension, K whose k-tiles do not split evenly; the epilogue (bias, GELU, an fp32 or 16-bit
+    out) applied by the last slice; then five more launches of one plan, each bit-identical to the first."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT32, input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    failures = []
+    for split, block_m in ((2, 128), (3, 128), (4, 128), (3, 64)):
+        for cluster_m in (1, 2):
+            config = GemmConfig(block_m=block_m, block_n=128, extra={"SPLIT_K": split, "CLUSTER_M": cluster_m})
+            for i, (m, n, k) in enumerate(((1, 4096, 4096), (128, 4096, 4096), (129, 520, 200), (300, 1000, 1000))):
+                a, b = random_problem(m, n, k, input_dtype(dtype), seed=800 + 10 * split + i)
+                stats = _check(launcher, a, b, config=config)
+                if not stats.passed:
+                    failures.append(f"{m}x{n}x{k} SPLIT_K={split} CLUSTER_M={cluster_m}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+    a, b = random_problem(200, 520, 1000, input_dtype(dtype), seed=9)
+    bias = cupy.random.default_rng(9).random(520, dtype=cupy.float32) * 2 - 1
+    for out_dtype, block_m in ((None, 128), (FLOAT32, 128), (None, 64)):
+        config = GemmConfig(block_m=block_m, extra={"SPLIT_K": 3})
+        launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+        expected = reference(a, b, bias=bias, activation="gelu_tanh")
+        stats = verify(launch, expected, launch.out)
+        assert stats.passed, f"fused, out {out_dtype}, BLOCK_M {block_m}: {stats.summary()}"
+        first = launch().copy()
+        for _ in range(5):
+            assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "split-K is not deterministic"
+    with pytest.raises(ValueError, match="SPLIT_K = 20 exceeds the 16 k-tiles"):
+        launcher.plan(a, b, config=GemmConfig(extra={"SPLIT_K": 20}))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_every_tile_width_cluster_and_split_the_heuristic_may_pick(dtype):
+    """[7] BLOCK_M 128 and 64, BLOCK_N 64, 128, 192 and 256, each with clusters of one and two along M,
+    without and with split-K (3 slices: uneven), at tails in every dimension and M = 1; b in both layouts
+    wherever the layout allows the tile (an MN-major B's part per CTA is whole 64-wide boxes); every
+    pipeline depth the heuristic gives the tile."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import max_stages
+    from tutorial.check import random_problem
+
+    launcher = stage_or_skip(LIBRARY)
+    failures = []
+    for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (64, 128, 192, 256)):
+        for cluster_m in (1, 2):
+            for split in (1, 3):
+                extra = {"CLUSTER_M": cluster_m, "SPLIT_K": split}
+                stages = max_stages(block_n, block_m)
+                config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
+                for i, (m, n, k) in enumerate(((1, 520, 1000), (129, 1000, 520), (300, 700, 1000))):
+                    a, b = random_problem(m, n, k, input_dtype(dtype), seed=900 + i)
+                    mn_ok = (block_n // cluster_m) % 64 == 0
+                    layouts = [b] + ([cupy.ascontiguousarray(b)] if mn_ok else [])  # K-major, MN-major
+                    for b_in in layouts:
+                        stats = _check(launcher, a, b_in, config=config)
+                        if not stats.passed:
+                            major = "MN" if b_in.strides[1] == b_in.itemsize else "K"
+                            failures.append(f"{m}x{n}x{k} {major}-major b {config}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_deep_split_k_the_heuristic_may_pick(dtype):
+    """[6] [7] The heuristic's other splits (2, 4, 6, 8, 12, 16 slices; 3 is above) at every tile shape,
+    without a cluster (it clusters only where there is more than a round of tiles, which split-K is not
+    for): M = 1 and tails in M, N and K, with K long enough for four k-tiles a slice."""
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import SPLITS, max_stages
+    from tutorial.check import random_problem
+
+    launcher = stage_or_skip(LIBRARY)
+    failures = []
+    for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (64, 128, 192, 256)):
+        for split in (s for s in SPLITS if s not in (1, 3)):
+            extra = {"CLUSTER_M": 1, "SPLIT_K": split}
+            stages = max_stages(block_n, block_m)
+            config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
+            for i, (m, n, k) in enumerate(((1, 520, 4100), (129, 1000, 4160))):
+                a, b = random_problem(m, n, k, input_dtype(dtype), seed=950 + i)
+                stats = _check(launcher, a, b, config=config)
+                if not stats.passed:
+                    failures.append(f"{m}x{n}x{k} {config}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+def test_library_refuses_an_mn_major_b_split_across_partial_boxes():
+    """An MN-major B arrives in 64-wide boxes: BLOCK_N 64 in clusters of two would give each CTA half a box."""
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT16
+    from tutorial.check import random_problem
+
+    launcher = stage_or_skip(LIBRARY)
+    a, b = random_problem(256, 512, 128, FLOAT16, seed=3, b_k_major=False)
+    with pytest.raises(ValueError, match="MN-major B"):
+        launcher.plan(a, b, config=GemmConfig(block_n=64, extra={"CLUSTER_M": 2}))
+
+
+def test_library_call_on_cupy_returns_cupy():
+    import cupy
+
+    import deepgemm
+    from tutorial.check import random_problem, reference, verify
+
+    stage_or_skip(LIBRARY)
+    a, b = random_problem(300, 520, 200, cupy.float16, seed=3)
+    assert isinstance(deepgemm.gemm(a, b), cupy.ndarray)
+    out = cupy.empty((300, 520), dtype=cupy.float16)
+    assert verify(lambda: deepgemm.gemm(a, b, out=out), reference(a, b), out).passed
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_swap_ab_every_tile_and_split_the_heuristic_may_pick(dtype):
+    """[8] Swap AB: tiles of 128 or 64 rows of N by 16 or 32 rows of M, at every split the heuristic offers,
+    at M = 1, tails in every dimension and M over one tile of 16; b K-major and MN-major (the kernel's A
+    either way), a K-major (the only layout swap AB takes)."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import SPLITS, max_stages
+    from tutorial.check import random_problem
+
+    launcher = stage_or_skip(LIBRARY)
+    failures = []
+    for block_m, block_n in ((bm, bn) for bm in (128, 64) for bn in (16, 32)):
+        stages = max_stages(block_n, block_m, swap_ab=True)
+        for split in SPLITS:
+            config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages,
+                                extra={"CLUSTER_M": 1, "SPLIT_K": split, "SWAP_AB": 1})  # fmt: skip
+            shapes = (
+                ((1, 520, 4100), (17, 1000, 4160), (33, 300, 1100))
+                if split > 4
+                else ((1, 520, 1000), (17, 1000, 520), (33, 300, 200))
+            )
+            for i, (m, n, k) in enumerate(shapes):
+                if split * 4 > -(-k // 64):
+                    continue
+                a, b = random_problem(m, n, k, input_dtype(dtype), seed=970 + i)
+                for b_in in (b, cupy.ascontiguousarray(b)):  # K-major, MN-major
+                    stats = _check(launcher, a, b_in, config=config)
+                    if not stats.passed:
+                        failures.append(f"{m}x{n}x{k} {config} b strides {b_in.strides}: {stats.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_refuses_an_mn_major_a(dtype):
+    """[8] Swapped, the bias runs along the tile's rows: bias + GELU into a 16-bit or fp32 out (with split-K),
+    into an out with a row stride; five more launches bit-identical; an MN-major a is refused by name."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import FLOAT32, input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    a, b = random_problem(9, 700, 1000, input_dtype(dtype), seed=31)
+    bias = cupy.random.default_rng(31).random(700, dtype=cupy.float32) * 2 - 1
+    expected = reference(a, b, bias=bias, activation="gelu_tanh")
+    for out_dtype, split in ((None, 1), (FLOAT32, 3), (None, 3)):
+        config = GemmConfig(block_n=16, num_stages=8, extra={"CLUSTER_M": 1, "SPLIT_K": split, "SWAP_AB": 1})
+        launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+        stats = verify(launch, expected, launch.out)
+        assert stats.passed, f"out {out_dtype}, SPLIT_K {split}: {stats.summary()}"
+        first = launch().copy()
+        for _ in range(5):
+            assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "swap AB is not deterministic"
+    wide = cupy.full((9, 1000), cupy.nan, dtype=a.dtype)
+    config = GemmConfig(block_n=16, num_stages=8, extra={"CLUSTER_M": 1, "SWAP_AB": 1})
+    launch = launcher.plan(a, b, wide[:, :700], config=config)
+    assert verify(launch, reference(a, b), launch.out).passed and bool(cupy.isnan(wide[:, 700:]).all())
+    a16, b16 = random_problem(16, 700, 1000, input_dtype(dtype), seed=32)  # 32-byte rows: TMA reads a16.T in place
+    with pytest.raises(ValueError, match="SWAP_AB = 1 reads a in boxes"):
+        launcher.plan(cupy.ascontiguousarray(a16.T).T, b16, config=config)
+    mn_unreadable = cupy.ascontiguousarray(a.T).T  # 9 rows, 18-byte rows: copied K-major, so swap AB takes it
+    launch = launcher.plan(mn_unreadable, b, config=config)
+    assert verify(launch, reference(a, b), launch.out).passed

@@ -1,0 +1,591 @@
+"""A plan's pure parts, without a GPU: the kernel's parameters, the config checks, split-K's scratch, the
+config a call gets, the Hopper check, and the hot path (`Plan.run`) on host arrays with a stand-in kernel.
+
+`plan.build` itself asks the driver for the GPU's limits and compiles the kernel, so it runs on a GPU only
+(tests/test_gpu_library.py); here every piece it assembles is checked on its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import threading
+import weakref
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import cupy
+import numpy as np
+import pytest
+
+from deepgemm import driver, heuristic, plan
+from deepgemm.config import GemmConfig
+from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, DeviceLimits, RawLaunch
+from deepgemm.jit import LIBRARY_KERNEL
+from deepgemm.operands import check_operands
+from deepgemm.plan import (
+    CALL_PARAMETERS,
+    DEFAULTS,
+    Operand,
+    Plan,
+    check_config,
+    check_split,
+    chosen_config,
+    kernel_parameters,
+    split_k_scratch,
+    split_k_scratch_pointers,
+)
+
+H200 = DeviceLimits(sm_count=132, smem_per_block_optin=232_448, compute_capability=(9, 0))
+
+
+# ---- the kernel's parameters -------------------------------------------------------------------------------
+
+
+def _signatures() -> dict[bool, list[tuple[str, str]]]:
+    """gemm_sm90.cu's two gemm_kernel signatures (by whether C comes by pointer) as (name, kind) lists, the
+    names as kernel_parameters spells them (tma_a -> a, c_out / tma_c -> out, M -> m)."""
+    source = LIBRARY_KERNEL.read_text()
+    found = {}
+    for params in re.findall(r"gemm_kernel\(([^)]*)\)", source):
+        parsed = []
+        for param in " ".join(params.split()).split(","):
+            declaration, name = param.strip().rsplit(" ", 1)
+            kind = ("map" if "TmaDesc" in declaration else "ptr" if "*" in declaration
+                    else {"float": "f32", "int": "i32"}[declaration])  # fmt: skip
+            name = {"tma_c": "out", "c_out": "out"}.get(name, name.removeprefix("tma_").lower())
+            parsed.append((name, kind))
+        found[("ldc", "i32") in parsed] = parsed
+    return found
+
+
+def test_the_parameters_are_the_kernels_signature_in_order():
+    """The parameter buffer is laid out from kernel_parameters: a name or kind out of step with the kernel
+    would hand it a pointer for a map, or K for ldc."""
+    signatures = _signatures()
+    assert set(signatures) == {False, True}
+    for c_by_pointer, parsed in signatures.items():
+        assert list(kernel_parameters(c_by_pointer)) == parsed
+    assert set(CALL_PARAMETERS) <= {name for name, _ in kernel_parameters(True)}
+    assert not {"m", "n", "k", "ldc"} & set(CALL_PARAMETERS)  # fixed by the plan's key, written once
+
+
+# ---- the config checks ---------------------------------------------------------------------------------------
+
+
+def _config(**knobs) -> GemmConfig:
+    core = {k: knobs.pop(k) for k in ("block_m", "block_n", "num_stages") if k in knobs}
+    return GemmConfig(**core, extra=knobs).merged_over(DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"SWAP_AB": 2}, r"SWAP_AB = 2 must be one of \(0, 1\)"),
+        ({"block_n": 96}, r"BLOCK_N = 96 must be one of \(64, 128, 192, 256\)"),
+        ({"block_n": 64, "SWAP_AB": 1}, r"BLOCK_N = 64 must be one of \(16, 32\)"),
+        ({"block_n": 16}, r"BLOCK_N = 16 must be one of \(64, 128, 192, 256\)"),
+        ({"block_m": 256}, r"BLOCK_M = 256 must be one of \(64, 128\)"),
+        ({"CLUSTER_M": 4}, r"CLUSTER_M = 4 must be one of \(1, 2\)"),
+        ({"CLUSTER_N": 3}, r"CLUSTER_N = 3 must be one of \(1, 2\)"),
+        ({"SPLIT_K": 0}, "SPLIT_K = 0 must be a positive number of slices of K"),
+        ({"SPLIT_K": 1.5}, "SPLIT_K = 1.5 must be a positive number"),
+    ],
+)
+def test_a_config_the_kernel_cannot_run_is_named_by_its_knob(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        check_config(_config(**knobs))
+
+
+def test_the_kernels_configurations_pass():
+    for knobs in ({}, {"block_n": 16, "block_m": 64, "SWAP_AB": 1, "CLUSTER_M": 1, "SPLIT_K": 4},
+                  {"block_n": 64, "CLUSTER_M": 1, "CLUSTER_N": 2}):  # fmt: skip
+        check_config(_config(**knobs))
+    for choice in heuristic.candidates(16, 4096, 4096, 132)[:20]:  # every pick the heuristic can make
+        check_config(choice.config().merged_over(DEFAULTS))
+
+
+def test_split_k_needs_a_k_tile_for_every_slice():
+    with pytest.raises(ValueError, match=r"SPLIT_K = 5 exceeds the 4 k-tiles of K = 200 \(BLOCK_K = 64\)"):
+        check_split(5, 200, 64)
+    check_split(4, 200, 64)  # one k-tile per slice is allowed
+    check_split(1, 1, 64)
+
+
+def test_split_k_scratch_covers_every_cta_tile_padding_included():
+    """300 x 1000 in 128 x 256 tiles, clusters of two along M: 3 tile rows padded to 4 (two cluster rows),
+    4 tile columns, so 16 CTA tiles; 3 slices of a 128 x 256 fp32 block each, one counter per 16 rows."""
+    assert split_k_scratch(300, 1000, _config()) == (0, 0)
+    partials, counters = split_k_scratch(300, 1000, _config(SPLIT_K=3))
+    assert (partials, counters) == (3 * 16 * 128 * 256, 16 * 128 // 16)
+    swapped = _config(block_m=64, block_n=16, SWAP_AB=1, CLUSTER_M=1, SPLIT_K=2)
+    assert split_k_scratch(4096, 10, swapped) == (2 * 64 * 1 * 64 * 16, 64 * 1 * 64 // 16)  # 64 x 1 tiles
+
+
+# ---- the config a call gets ------------------------------------------------------------------------------------
+
+
+def _gpu_array(shape, strides=None, dtype=np.float16, ptr=0x10000):
+    """A CuPy array over memory that is never touched: its metadata is all a plan's checks read."""
+    itemsize = np.dtype(dtype).itemsize
+    strides = strides or tuple(itemsize * int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+    memory = cupy.cuda.UnownedMemory(ptr, 1 << 32, None, 0)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
+
+
+@pytest.fixture
+def h200(tmp_path, monkeypatch):
+    """Device 0 is an H200 whose autotune table (in tmp_path) holds what a test writes into it."""
+    monkeypatch.setattr(plan, "device_limits", lambda device: H200)
+    monkeypatch.setattr(plan, "device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(heuristic, "TABLES_DIR", tmp_path)
+    heuristic.table.cache_clear()
+
+    def write(rows: list[dict]) -> None:
+        (tmp_path / "h200").mkdir(exist_ok=True)
+        (tmp_path / "h200" / "autotune.json").write_text(json.dumps({"provenance": {}, "rows": rows}))
+        heuristic.table.cache_clear()
+
+    yield write
+    heuristic.table.cache_clear()
+
+
+def _row(m, n, k, **fields) -> dict:
+    config = {"block_m": 128, "block_n": 256, "num_stages": 4, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1,
+              **fields}  # fmt: skip
+    return {"dtype": "fp16", "m": m, "n": n, "k": k, "config": config}
+
+
+def test_a_call_runs_the_callers_config_then_the_tables_then_the_models(h200, monkeypatch):
+    a, b = _gpu_array((512, 1024)), _gpu_array((768, 1024), ptr=0x800000).T  # b the transposed view of (N, K)
+    problem = check_operands(a, b)
+    mine = GemmConfig(block_n=128)
+    assert chosen_config(problem, 0, mine) == (mine, "caller")
+    assert chosen_config(problem, 0) == (heuristic.choose(512, 768, 1024, 132).config(), "heuristic")
+    h200([_row(512, 768, 1024, block_n=128, num_stages=6)])
+    cfg, source = chosen_config(problem, 0)
+    assert source == "table" and (cfg.block_n, cfg.num_stages) == (128, 6)
+    b_row_major = _gpu_array((1024, 768), ptr=0x800000)  # MN-major, and 128 / 2 columns are one whole box
+    assert chosen_config(check_operands(a, b_row_major), 0) == (cfg, "table")
+    assert chosen_config(problem, 0, mine) == (mine, "caller")  # the caller's comes before the table
+    monkeypatch.setattr(plan, "device_limits", lambda device: DeviceLimits(78, 232_448, (9, 0)))
+    monkeypatch.setattr(plan, "device_name", lambda device: "NVIDIA H100 PCIe")  # no table: the model, its SMs
+    m, n, k = 1, 4096, 4096
+    x, w = _gpu_array((m, k)), _gpu_array((n, k), ptr=0x800000).T
+    assert chosen_config(check_operands(x, w), 0) == (heuristic.choose(m, n, k, 78).config(), "heuristic")
+    assert heuristic.choose(m, n, k, 78).config() != heuristic.choose(m, n, k, 132).config()
+
+
+def test_an_mn_major_operand_passes_over_a_table_entry_it_cannot_be_read_in(h200):
+    """A row-major (K, N) b is MN-major as the kernel reads it: a table entry whose CTAs load 64 / 2 = 32 of
+    its columns is passed over for the model's pick, which gives each whole 64-wide boxes."""
+    a, b = _gpu_array((512, 1024)), _gpu_array((1024, 768))
+    h200([_row(512, 768, 1024, block_n=64, num_stages=8)])
+    b_k_major = _gpu_array((768, 1024), ptr=0x800000).T
+    assert chosen_config(check_operands(a, b_k_major), 0)[1] == "table"
+    cfg, source = chosen_config(check_operands(a, b), 0)
+    assert source == "heuristic" and cfg == heuristic.choose(512, 768, 1024, 132, b_mn_major=True).config()
+    assert (cfg.block_n // cfg.extra["CLUSTER_M"]) % 64 == 0
+
+
+def test_a_transposed_a_is_never_given_swap_ab(h200):
+    """At M = 8 the model swaps AB for a row-major a; a's transposed view (MN-major) cannot be read in the
+    16- or 32-row boxes swapping needs, so its pick is unswapped, and so is a table entry's replacement.
+    At M = 4 the transposed view's rows (8 bytes) are no TMA rows at all: a is copied K-major, and swaps."""
+    b = _gpu_array((768, 4096), ptr=0x800000).T
+    row_major = _gpu_array((8, 4096))
+    transposed = _gpu_array((4096, 8), ptr=0x4000000).T
+    assert chosen_config(check_operands(row_major, b), 0)[0].extra.get("SWAP_AB") == 1
+    assert not chosen_config(check_operands(transposed, b), 0)[0].extra.get("SWAP_AB")
+    copied = _gpu_array((4096, 4), ptr=0x4000000).T
+    assert chosen_config(check_operands(copied, b), 0)[0] == heuristic.choose(4, 768, 4096, 132).config()
+    h200([_row(8, 768, 4096, block_m=64, block_n=16, num_stages=16, CLUSTER_M=1, SPLIT_K=4, SWAP_AB=1)])
+    assert chosen_config(check_operands(row_major, b), 0)[1] == "table"
+    cfg, source = chosen_config(check_operands(transposed, b), 0)
+    assert source == "heuristic" and not cfg.extra.get("SWAP_AB")
+
+
+def test_bf16_is_looked_up_under_its_own_dtype(h200):
+    from deepgemm.dtypes import BFLOAT16
+
+    h200([_row(512, 768, 1024, block_n=128)])
+    a, b = _gpu_array((512, 1024), dtype=BFLOAT16), _gpu_array((768, 1024), dtype=BFLOAT16, ptr=0x800000).T
+    assert chosen_config(check_operands(a, b), 0)[1] == "heuristic"
+
+
+# ---- the Hopper check ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cc", "name"), [((8, 0), "NVIDIA A100-SXM4-80GB"), ((10, 0), "NVIDIA B200")])
+def test_a_gpu_other_than_hopper_is_named_with_its_compute_capability(monkeypatch, cc, name):
+    monkeypatch.setattr(plan, "device_limits", lambda device: DeviceLimits(108, 166_912, cc))
+    monkeypatch.setattr(plan, "device_name", lambda device: name)
+    message = rf"deepgemm\.gemm needs compute capability exactly 9\.0 \(sm_90a, Hopper\); {name} is {cc[0]}\.{cc[1]}"
+    with pytest.raises(RuntimeError, match=message):
+        plan.require_hopper(0)
+
+
+def test_hopper_passes_without_asking_its_name(monkeypatch):
+    monkeypatch.setattr(plan, "device_limits", lambda device: H200)
+    monkeypatch.setattr(plan, "device_name", lambda device: pytest.fail("the name is asked only for the error"))
+    plan.require_hopper(0)
+
+
+# ---- the hot path ---------------------------------------------------------------------------------------------
+
+
+class HostFramework:
+    """NumPy arrays standing in for the caller's framework: a pointer finds its array again, so a stand-in
+    kernel can read what the call handed it. Fresh memory holds NaN, as it may on the GPU."""
+
+    name = "host"
+
+    def __init__(self, stream: int = 7) -> None:
+        # Weak: an array the call drops is gone, as a GPU buffer goes back to the allocator for reuse.
+        self.arrays: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+        self.current_stream = stream
+        self.allocated: list[tuple] = []
+
+    def empty(self, shape, dtype, like):
+        x = np.full(shape, np.nan, dtype=dtype)
+        self.arrays[x.ctypes.data] = x
+        self.allocated.append(shape)
+        return x
+
+    def zeros(self, shape, dtype, like):
+        x = self.empty(shape, dtype, like)
+        x[...] = 0
+        return x
+
+    def pointer(self, x) -> int:
+        if x.ctypes.data not in self.arrays:
+            self.arrays[x.ctypes.data] = x
+        return x.ctypes.data
+
+    def stream(self, device: int) -> int:
+        return self.current_stream
+
+    @staticmethod
+    def framework_dtype(dtype):
+        return dtype
+
+    def float32_vector(self, x):
+        found = np.ascontiguousarray(x, dtype=np.float32)
+        self.pointer(found)
+        return found
+
+    @staticmethod
+    def copy(dst, src) -> None:
+        np.copyto(dst, src)
+
+
+class FakeKernel:
+    """A RawLaunch stand-in: records what each call writes into its slots and the stream it launches on;
+    `launch` computes what the library kernel would from what its A, B and C slots point at: A (M', K) times
+    B (N', K)^T into C, or swapped, C^T stored transposed. K spans the padding of a staged operand, as the
+    kernel's tensor maps do."""
+
+    def __init__(self, fw: HostFramework, status: int = 0) -> None:
+        self.fw, self.status, self.values, self.launches = fw, status, {}, []
+        self.plan: Plan | None = None
+
+    def setters(self, slots):
+        return [(name, lambda value, name=name: self.values.__setitem__(name, value)) for name in slots]
+
+    def operand(self, slot: str, operand: Operand) -> np.ndarray:
+        found = self.fw.arrays.get(self.values[slot])
+        assert found is not None, f"the buffer the {slot} slot points at was dropped before the launch"
+        if operand.staged is not None:
+            assert found.shape == operand.staged, (slot, found.shape)
+            return found
+        return found if operand.source == "a" else found.T  # the caller's own: a (M, K), b (K, N) as (N, K)
+
+    def launch(self, stream: int) -> int:
+        assert self.plan.lock.locked(), "slots written and launched outside the plan's lock"
+        self.launches.append((stream, dict(self.values)))
+        if self.status:
+            return self.status
+        a, b = self.operand("a", self.plan.kernel_a), self.operand("b", self.plan.kernel_b)
+        assert a.shape[1] == b.shape[1], "A and B span different K"
+        c = self.values["alpha"] * (a @ b.T)
+        if self.plan.kernel_a.source == "b":  # swapped: C^T, stored transposed through the pointer
+            c = c.T
+        if self.values["bias"]:
+            c = c + self.fw.arrays[self.values["bias"]]  # one per column of C
+        out = self.fw.arrays[self.values["out"]]
+        out[:, : c.shape[1]] = c
+        if self.plan.scratch[0]:
+            counters = self.fw.arrays[self.values["counters"]]
+            assert counters.shape[1] >= self.plan.scratch[1] and not counters.any()
+            assert self.fw.arrays[self.values["partials"]].shape[1] >= self.plan.scratch[0]
+        return 0
+
+
+A_IN_PLACE, B_IN_PLACE = Operand("a", False, None), Operand("b", False, None)  # both K-major, read as they lie
+
+
+def _slots(c_by_pointer: bool) -> dict[str, tuple[int, str]]:
+    """The slots a call writes, named and numbered as `plan._build` names them."""
+    parameters = enumerate(kernel_parameters(c_by_pointer))
+    return {name: (i, kind) for i, (name, kind) in parameters if name in CALL_PARAMETERS}
+
+
+def _plan(fw, kernel, *, m, n, a=A_IN_PLACE, b=B_IN_PLACE, out_staged=None, bias_in_place=True, scratch=(0, 0),
+          c_by_pointer=False) -> Plan:  # fmt: skip
+    """A plan as `plan.build` makes one, its launch `kernel` (a FakeKernel or a RawLaunch)."""
+    found = Plan(framework=fw, device=0, config=DEFAULTS, config_source="caller", kernel_a=a, kernel_b=b,
+                 out_shape=(m, n), out_dtype=np.float64, out_staged=out_staged, bias_in_place=bias_in_place,
+                 scratch=scratch, kernel_name="gemm_kernel", launch=kernel,
+                 setters=tuple(kernel.setters(_slots(c_by_pointer))))  # fmt: skip
+    kernel.plan = found
+    return found
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+class ErrorNames:
+    """The one entry point a launch's status check asks of libcuda: the error's name."""
+
+    @staticmethod
+    def cuGetErrorName(result, name_ref):
+        name_ref._obj.value = {700: b"CUDA_ERROR_ILLEGAL_ADDRESS"}.get(result)
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def no_driver_needed(monkeypatch):
+    """A launch's status is checked through `driver.check`, which loads libcuda: a stand-in here."""
+    monkeypatch.setattr(driver, "libcuda", ErrorNames)
+
+
+def test_a_call_in_place_points_the_kernel_at_the_callers_arrays(rng):
+    fw = HostFramework()
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=6, n=10)
+    a, b = rng.standard_normal((6, 16)), rng.standard_normal((10, 16)).T  # b the transposed view of (N, K)
+    alpha = float(rng.random())
+    result = call.run(a, b, None, alpha, None)
+    assert kernel.values == {"a": a.ctypes.data, "b": b.ctypes.data, "out": result.ctypes.data, "bias": 0,
+                             "alpha": alpha, "partials": 0, "counters": 0}  # fmt: skip
+    assert kernel.launches[0][0] == 7  # the framework's current stream
+    assert fw.allocated == [(6, 10)] and np.allclose(result, alpha * a @ b)
+
+
+def test_with_out_the_result_is_out_itself_and_nothing_is_allocated(rng):
+    fw = HostFramework()
+    kernel = FakeKernel(fw)
+    a, b = rng.standard_normal((6, 16)), rng.standard_normal((16, 10))
+    call = _plan(fw, kernel, m=6, n=10, b=Operand("b", True, None))  # a row-major (K, N) b: MN-major
+    out = np.zeros((6, 10))
+    assert call.run(a, b, None, 1.0, out) is out
+    assert kernel.values["out"] == out.ctypes.data and fw.allocated == []
+    assert np.allclose(out, a @ b)
+
+
+def test_a_bias_the_kernel_cannot_read_is_converted_by_every_call(rng):
+    """A float32 contiguous bias is read where it lies; any other (float16, strided) is converted on the
+    kernel's stream, held until it is queued."""
+    fw = HostFramework()
+    a, b = rng.standard_normal((6, 16)), rng.standard_normal((10, 16)).T
+    for bias, in_place in ((rng.standard_normal(10).astype(np.float32), True),
+                           (rng.standard_normal(20).astype(np.float16)[::2], False)):  # fmt: skip
+        kernel, alpha = FakeKernel(fw), float(rng.random())
+        result = _plan(fw, kernel, m=6, n=10, bias_in_place=in_place).run(a, b, bias, alpha, None)
+        assert (kernel.values["bias"] == bias.ctypes.data) == in_place
+        assert np.allclose(result, alpha * a @ b + bias.astype(np.float32))
+
+
+def test_a_call_copies_what_tma_cannot_read_into_row_padded_buffers_and_writes_back_a_padded_out():
+    """The plan of a layout TMA cannot describe stays: each call copies a (M, K = 7) and b's (N, K) into
+    buffers whose rows are padded with zeros to 8 elements (16 bytes: the maps read the padding, so it must
+    add nothing), launches on those, and copies the output, which the kernel writes into a padded (M, 8)
+    buffer, back into the caller's (M, N = 5)."""
+    fw, (m, n, k) = HostFramework(), (3, 5, 7)
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=m, n=n, a=Operand("a", False, (m, 8)), b=Operand("b", False, (n, 8)),
+                 out_staged=(m, 8))  # fmt: skip
+    for seed in (1, 2):  # a second call with other values: nothing of the first is reused
+        rng = np.random.default_rng(seed)
+        a, b = rng.random((m, k)), rng.random((n, k)).T  # b (K, N), its rows of N = 5 elements
+        result = call.run(a, b, None, 1.0, None)
+        assert kernel.values["a"] != a.ctypes.data and kernel.values["b"] != b.ctypes.data
+        assert kernel.values["out"] != result.ctypes.data
+        assert result.shape == (m, n) and np.allclose(result, a @ b)
+
+
+def test_a_staged_out_given_by_the_caller_is_written_back_into_it(rng):
+    fw, (m, n, k) = HostFramework(), (4, 5, 16)
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=m, n=n, out_staged=(m, 8))
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)).T
+    out = np.full((m, n + 3), -1.0)[:, :n]  # the caller's, with a row stride past N
+    assert call.run(a, b, None, 1.0, out) is out
+    assert np.allclose(out, a @ b) and (out.base[:, n:] == -1).all()
+
+
+def test_a_swapped_plan_reads_b_as_its_a_and_stores_c_transposed(rng):
+    """[8] SWAP_AB: the kernel's A is b's (N, K), its B is a's (M, K), and C comes by pointer; a staged
+    operand is copied from the caller's operand it stands for."""
+    fw, (m, n, k) = HostFramework(), (3, 40, 16)
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=m, n=n, a=Operand("b", False, None), b=Operand("a", False, (m, 16)),
+                 c_by_pointer=True)  # fmt: skip
+    a, b = rng.standard_normal((m, 2 * k))[:, ::2], rng.standard_normal((n, k)).T  # a strided: copied
+    result = call.run(a, b, None, 1.0, None)
+    assert kernel.values["a"] == b.ctypes.data and kernel.values["b"] != a.ctypes.data
+    assert result.shape == (m, n) and np.allclose(result, a @ b)
+
+
+@pytest.fixture
+def scratch(monkeypatch):
+    monkeypatch.setattr(plan, "_SCRATCH", {})
+    return plan._SCRATCH
+
+
+def test_split_k_scratch_is_one_pair_per_stream_regrown_when_a_plan_needs_more(scratch):
+    fw, like = HostFramework(), np.zeros(1)
+    first = split_k_scratch_pointers(fw, 0, 7, (1000, 64), like)
+    assert split_k_scratch_pointers(fw, 0, 7, (500, 8), like) == first  # smaller: the same pair
+    other_stream = split_k_scratch_pointers(fw, 0, 8, (1000, 64), like)
+    assert other_stream != first and len(scratch) == 2
+    grown = split_k_scratch_pointers(fw, 0, 7, (2000, 16), like)
+    partials, counters = scratch[("host", 0, 7)]
+    assert grown == (partials.ctypes.data, counters.ctypes.data) and grown != first
+    assert partials.shape == (1, 2000) and counters.shape == (1, 64)  # each part at least what was held
+    assert partials.dtype == np.float32 and not counters.any()
+
+
+def test_a_split_k_call_hands_the_kernel_its_streams_scratch(rng, scratch):
+    fw, (m, n, k) = HostFramework(), (6, 10, 64)
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=m, n=n, scratch=(3 * 128 * 256, 8))
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)).T
+    result = call.run(a, b, None, 1.0, None)
+    partials, counters = scratch[("host", 0, 7)]
+    assert (kernel.values["partials"], kernel.values["counters"]) == (partials.ctypes.data, counters.ctypes.data)
+    assert np.allclose(result, a @ b)
+    fw.current_stream = 9  # another stream: its own pair, so that two launches never share counters
+    call.run(a, b, None, 1.0, None)
+    assert kernel.values["partials"] == scratch[("host", 0, 9)][0].ctypes.data != partials.ctypes.data
+
+
+def test_a_failed_launch_names_the_kernel_and_the_drivers_error(rng):
+    fw = HostFramework()
+    call = _plan(fw, FakeKernel(fw, status=700), m=2, n=2)
+    with pytest.raises(RuntimeError, match=r"cuLaunchKernel of gemm_kernel failed with CUDA_ERROR_ILLEGAL_ADDRESS"):
+        call.run(rng.standard_normal((2, 8)), rng.standard_normal((2, 8)).T, None, 1.0, None)
+
+
+class _Cupy:
+    """What of CuPy a plan's call asks, recording the devices made current."""
+
+    def __init__(self, current: int) -> None:
+        self.entered: list[int] = []
+        self.cuda = SimpleNamespace(Device=self.device, runtime=SimpleNamespace(getDevice=lambda: current))
+
+    @contextmanager
+    def device(self, index: int):
+        self.entered.append(index)
+        yield
+
+
+def test_a_thread_without_a_context_is_given_the_devices_and_launches_again(monkeypatch, rng):
+    fake = _Cupy(current=0)
+    monkeypatch.setattr(plan, "cupy", fake)
+    fw = HostFramework()
+    kernel = FakeKernel(fw, status=CUDA_ERROR_INVALID_CONTEXT)
+    call = _plan(fw, kernel, m=2, n=3)
+    a, b = rng.standard_normal((2, 8)), rng.standard_normal((3, 8)).T
+    original = kernel.launch
+
+    def launch(stream):
+        status = original(stream)
+        kernel.status = 0  # the context is current now
+        return status
+
+    kernel.launch = launch
+    assert np.allclose(call.run(a, b, None, 1.0, None), a @ b)
+    assert fake.entered == [0] and len(kernel.launches) == 2
+
+
+def test_a_call_from_another_current_device_runs_on_the_plans(monkeypatch, rng):
+    fake = _Cupy(current=1)
+    monkeypatch.setattr(plan, "cupy", fake)
+    fw = HostFramework()
+    call = _plan(fw, FakeKernel(fw), m=2, n=3)  # device 0
+    a, b = rng.standard_normal((2, 8)), rng.standard_normal((3, 8)).T
+    assert np.allclose(call(a, b, None, 1.0, None), a @ b)
+    assert fake.entered == [0]
+    monkeypatch.setattr(fake.cuda.runtime, "getDevice", lambda: 0)
+    call(a, b, None, 1.0, None)
+    assert fake.entered == [0]  # already current: no switch
+
+
+def test_threads_sharing_a_plan_each_launch_their_own_values(rng):
+    """One parameter buffer per plan: from the first write to the launch a call holds the plan's lock, so
+    no thread launches with another's pointers."""
+    fw = HostFramework()
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=4, n=8)
+    pairs = [(rng.standard_normal((4, 16)), rng.standard_normal((8, 16)).T) for _ in range(8)]
+    results = [None] * len(pairs)
+
+    def work(i):
+        for _ in range(20):
+            results[i] = call.run(*pairs[i], None, 1.0, None)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.allclose(r, a @ b) for r, (a, b) in zip(results, pairs))
+    assert len(kernel.launches) == 20 * len(pairs)
+
+
+# ---- the real parameter buffer ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("c_by_pointer", [False, True])
+def test_a_calls_values_land_in_the_kernels_parameter_buffer(monkeypatch, rng, c_by_pointer):
+    """The slots `_build` names, written through a real RawLaunch: the driver sees each call's pointers in
+    the parameter the kernel's signature puts them, its maps re-pointed, and the plan's M, N, K (and ldc)."""
+    maps: dict[int, int] = {}
+    launched = []
+
+    class Lib(ErrorNames):
+        @staticmethod
+        def cuTensorMapReplaceAddress(map_address, address):
+            maps[map_address] = address
+            return 0
+
+        @staticmethod
+        def cuLaunchKernel(*args):
+            launched.append(args)
+            return 0
+
+    monkeypatch.setattr(driver, "libcuda", Lib)
+    parameters = kernel_parameters(c_by_pointer)
+    map_bytes = np.frombuffer(bytes(128), dtype=np.dtype((np.void, 128)))[0]
+    initial = {"map": map_bytes, "ptr": np.uint64(0xDEAD0), "f32": np.float32(-3.0)}  # what a call must overwrite
+    shape = {"m": 6, "n": 10, "k": 16, "ldc": 24}
+    args = [np.int32(shape[name]) if name in shape else initial[kind] for name, kind in parameters]
+    raw = RawLaunch(0x1234, 4, 384, 1024, args)
+    fw = HostFramework()
+    call = _plan(fw, raw, m=6, n=10, c_by_pointer=c_by_pointer)
+    a, b, bias = rng.standard_normal((6, 16)), rng.standard_normal((10, 16)).T, rng.standard_normal(10)
+    alpha = float(rng.random())
+    result = call.run(a, b, bias, alpha, None)
+    (args_seen,) = launched
+    expected = {"a": a.ctypes.data, "b": b.ctypes.data, "out": result.ctypes.data, "bias": bias.ctypes.data,
+                "alpha": alpha, "partials": 0, "counters": 0, **shape}  # fmt: skip
+    read = {"map": maps.get, "ptr": lambda at: ctypes.c_uint64.from_address(at).value,
+            "f32": lambda at: ctypes.c_float.from_address(at).value,
+            "i32": lambda at: ctypes.c_int32.from_address(at).value}  # fmt: skip
+    for (name, kind), address in zip(parameters, list(args_seen[-2]), strict=True):
+        assert read[kind](address) == pytest.approx(expected[name]), name
+    assert args_seen[-3].value == 7  # the framework's current stream
