@@ -71,7 +71,14 @@ def kernel_parameters(c_by_pointer: bool) -> tuple[tuple[str, str], ...]:
             ("partials", "ptr"), ("counters", "ptr"))  # fmt: skip
 
 
-CALL_PARAMETERS = ("a", "b", "out", "bias", "alpha", "partials", "counters")  # what each call writes
+CALL_PARAMETERS = ("a", "b", "out", "bias", "alpha", "partials", "counters")  # what a call writes; last two: split-K
+
+
+def call_slots(c_by_pointer: bool, split_k: bool) -> dict[str, tuple[int, str]]:
+    """The parameters each call writes, by name: (position in the signature, kind). Split-K's scratch only
+    with split-K; otherwise the buffer keeps its null pointers."""
+    written = CALL_PARAMETERS if split_k else CALL_PARAMETERS[:-2]
+    return {name: (i, kind) for i, (name, kind) in enumerate(kernel_parameters(c_by_pointer)) if name in written}
 
 
 def check_config(cfg: GemmConfig) -> None:
@@ -161,14 +168,17 @@ class Plan:
             bias = fw.float32_vector(bias)  # on the same stream as the kernel: it lives until the kernel ran
         values = {"out": fw.pointer(result), "alpha": alpha, "bias": 0 if bias is None else fw.pointer(bias)}
         stream = fw.stream(self.device)
-        if self.scratch[0]:
+        if self.scratch[0]:  # without split-K the buffer keeps its null pointers: nothing to write
             values["partials"], values["counters"] = split_k_scratch_pointers(fw, self.device, stream, self.scratch, a)
-        else:
-            values["partials"] = values["counters"] = 0
         # Held until the kernel is queued: a buffer dropped earlier goes back to the framework's allocator,
         # which may hand its memory to the next one (the padded out) for the same kernel to write into.
-        staged = [self.operand_pointer(operand, name, a, b, values) for name, operand in
-                  (("a", self.kernel_a), ("b", self.kernel_b))]  # fmt: skip
+        staged = None
+        if self.kernel_a.staged is None and self.kernel_b.staged is None:  # both read as they lie: the usual call
+            first, second = fw.pointer(a), fw.pointer(b)
+            values["a"], values["b"] = (second, first) if self.kernel_a.source == "b" else (first, second)
+        else:
+            staged = [self.operand_pointer(operand, name, a, b, values) for name, operand in
+                      (("a", self.kernel_a), ("b", self.kernel_b))]  # fmt: skip
         written = None
         if self.out_staged is not None:
             written = fw.empty(self.out_staged, self.out_dtype, a)[:, : self.out_shape[1]]
@@ -299,7 +309,7 @@ def _build(
     parameters = kernel_parameters(facts.store_box is None)
     raw = RawLaunch(function, persistent_grid(device, m, n, cfg, function, facts.threads, facts.smem_bytes),
                     facts.threads, facts.smem_bytes, [values[name] for name, _ in parameters])  # fmt: skip
-    slots = {name: (i, kind) for i, (name, kind) in enumerate(parameters) if name in CALL_PARAMETERS}
+    slots = call_slots(facts.store_box is None, cfg.value("SPLIT_K") > 1)
     return Plan(
         framework=framework,
         device=device,

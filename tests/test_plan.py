@@ -29,6 +29,7 @@ from deepgemm.plan import (
     DEFAULTS,
     Operand,
     Plan,
+    call_slots,
     check_config,
     check_split,
     chosen_config,
@@ -325,19 +326,13 @@ class FakeKernel:
 A_IN_PLACE, B_IN_PLACE = Operand("a", False, None), Operand("b", False, None)  # both K-major, read as they lie
 
 
-def _slots(c_by_pointer: bool) -> dict[str, tuple[int, str]]:
-    """The slots a call writes, named and numbered as `plan._build` names them."""
-    parameters = enumerate(kernel_parameters(c_by_pointer))
-    return {name: (i, kind) for i, (name, kind) in parameters if name in CALL_PARAMETERS}
-
-
 def _plan(fw, kernel, *, m, n, a=A_IN_PLACE, b=B_IN_PLACE, out_staged=None, bias_in_place=True, scratch=(0, 0),
           c_by_pointer=False) -> Plan:  # fmt: skip
     """A plan as `plan.build` makes one, its launch `kernel` (a FakeKernel or a RawLaunch)."""
     found = Plan(framework=fw, device=0, config=DEFAULTS, config_source="caller", kernel_a=a, kernel_b=b,
                  out_shape=(m, n), out_dtype=np.float64, out_staged=out_staged, bias_in_place=bias_in_place,
                  scratch=scratch, kernel_name="gemm_kernel", launch=kernel,
-                 setters=tuple(kernel.setters(_slots(c_by_pointer))))  # fmt: skip
+                 setters=tuple(kernel.setters(call_slots(c_by_pointer, scratch[0] > 0))))  # fmt: skip
     kernel.plan = found
     return found
 
@@ -370,7 +365,7 @@ def test_a_call_in_place_points_the_kernel_at_the_callers_arrays(rng):
     alpha = float(rng.random())
     result = call.run(a, b, None, alpha, None)
     assert kernel.values == {"a": a.ctypes.data, "b": b.ctypes.data, "out": result.ctypes.data, "bias": 0,
-                             "alpha": alpha, "partials": 0, "counters": 0}  # fmt: skip
+                             "alpha": alpha}  # without split-K its scratch pointers stay the buffer's nulls
     assert kernel.launches[0][0] == 7  # the framework's current stream
     assert fw.allocated == [(6, 10)] and np.allclose(result, alpha * a @ b)
 
@@ -573,7 +568,9 @@ def test_a_calls_values_land_in_the_kernels_parameter_buffer(monkeypatch, rng, c
     map_bytes = np.frombuffer(bytes(128), dtype=np.dtype((np.void, 128)))[0]
     initial = {"map": map_bytes, "ptr": np.uint64(0xDEAD0), "f32": np.float32(-3.0)}  # what a call must overwrite
     shape = {"m": 6, "n": 10, "k": 16, "ldc": 24}
-    args = [np.int32(shape[name]) if name in shape else initial[kind] for name, kind in parameters]
+    fixed = {**shape, "partials": 0, "counters": 0}  # written once by the plan: no split-K, null scratch
+    args = [np.int32(shape[name]) if name in shape else np.uint64(0) if name in fixed else initial[kind]
+            for name, kind in parameters]  # fmt: skip
     raw = RawLaunch(0x1234, 4, 384, 1024, args)
     fw = HostFramework()
     call = _plan(fw, raw, m=6, n=10, c_by_pointer=c_by_pointer)
