@@ -19,12 +19,15 @@ from types import ModuleType
 import pytest
 
 from deepgemm import model
-from lab import RESULTS_DIR as LAB_RESULTS
+from lab import RESULTS_DIR as LAB_RESULTS_DIR
 from lab import cli as lab_cli
-from lab import sweeps
+from lab import sweeps as lab_sweeps
 from tutorial import cli, pitfalls, results, stages, tables
 
 REPO = Path(__file__).resolve().parent.parent
+LAB_RESULTS = LAB_RESULTS_DIR  # the lab's records, which notebooks 05, 06 and 09 read
+
+
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 HARNESS_PACKAGES = ("deepgemm", "tutorial", "lab", "stages")
 
@@ -193,7 +196,7 @@ def test_live_cells_run_commands_that_exist(path):
         if program == "cli" and args.command == "bench":
             assert args.suite in cli.SUITES
         if program == "lab_cli" and args.command == "sweep":
-            assert args.sweep in sweeps.SWEEPS
+            assert args.sweep in lab_sweeps.SWEEPS
 
 
 def imported_names(tree: ast.AST) -> dict[str, object]:
