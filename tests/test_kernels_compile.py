@@ -336,6 +336,17 @@ def _accumulators(defines) -> int:
     return 64 * dict(defines)["BLOCK_N"] // 128
 
 
+
+def _assert_tanh_per_element(code: str, defines: tuple, fast: bool) -> None:
+    """A 16-bit output's activation takes one MUFU.TANH per accumulator (the few other MUFU are the tile walk's
+    integer divisions); an fp32 output keeps expf and IEEE division, whose slow path FCHK guards."""
+    per_thread = _accumulators(defines)
+    if fast:
+        assert code.count("MUFU.TANH") == per_thread and code.count("MUFU") - per_thread < 16
+    else:
+        assert "MUFU.TANH" not in code
+    assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
+
 @pytest.mark.parametrize(("out_fp32", "fast"), [(0, True), (1, False)])
 def test_v5_gelu_takes_one_mufu_tanh_for_16_bit_outputs(out_fp32, fast):
     """[4] 0.5 x (1 + tanh(v)): one MUFU.TANH per element for a 16-bit output (the special-function unit
@@ -343,12 +354,7 @@ def test_v5_gelu_takes_one_mufu_tanh_for_16_bit_outputs(out_fp32, fast):
     (FCHK flags the operands that need it)."""
     defines = launcher_defines(V5, False, HAS_BIAS=1, ACTIVATION=ACTIVATIONS["gelu_tanh"], OUT_FP32=out_fp32)
     code = function_sass(sass(V5, defines), "gemm_kernel")
-    per_thread = _accumulators(defines)
-    if fast:  # one per accumulator; the few MUFU.RCP are the tile walk's integer divisions
-        assert code.count("MUFU.TANH") == per_thread and code.count("MUFU") - per_thread < 16
-    else:
-        assert "MUFU.TANH" not in code
-    assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
+    _assert_tanh_per_element(code, defines, fast)
 
 
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
@@ -358,12 +364,7 @@ def test_library_gelu_and_silu_take_one_mufu_tanh_for_16_bit_outputs(activation,
     expf and IEEE division (FCHK)."""
     defines = launcher_defines(LIBRARY, False, HAS_BIAS=1, ACTIVATION=ACTIVATIONS[activation], OUT_DTYPE=out_dtype)
     code = function_sass(sass(LIBRARY, defines), "gemm_kernel")
-    per_thread = _accumulators(defines)
-    if fast:  # one per accumulator; the few MUFU.RCP are the tile walk's integer divisions
-        assert code.count("MUFU.TANH") == per_thread and code.count("MUFU") - per_thread < 16
-    else:
-        assert "MUFU.TANH" not in code
-    assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
+    _assert_tanh_per_element(code, defines, fast)
 
 
 @pytest.mark.parametrize("out_dtype", [0, 1, 2])
