@@ -72,6 +72,20 @@ class LaunchConfig(ctypes.Structure):
     ]
 
 
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h): an id, padding to 8 bytes, and a 64-byte value (a union; the switch set
+    here is its first 4 bytes)."""
+
+    _fields_ = [
+        ("id", ctypes.c_uint),
+        ("pad", ctypes.c_char * 4),
+        ("value", ctypes.c_int),
+        ("rest", ctypes.c_char * 60),
+    ]
+
+
+LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID: programmatic dependent launch
+
 # CUdevice_attribute and CUfunction_attribute values (cuda.h) read or set here.
 ATTRIBUTE_SM_COUNT, ATTRIBUTE_SMEM_PER_BLOCK_OPTIN = 16, 97
 ATTRIBUTE_CC_MAJOR, ATTRIBUTE_CC_MINOR = 75, 76
@@ -169,8 +183,15 @@ class RawLaunch:
     to the launch (the driver copies the parameters when `launch` returns).
     """
 
-    def __init__(self, function: int, grid: int, block: int, shared_mem: int, args: Sequence[object]) -> None:
+    def __init__(
+        self, function: int, grid: int, block: int, shared_mem: int, args: Sequence[object], programmatic: bool = False
+    ) -> None:
         self.function, self.grid, self.block, self.shared_mem = function, grid, block, shared_mem
+        self.programmatic = programmatic
+        # With programmatic dependent launch, cuLaunchKernelEx's config with the one attribute, built once.
+        self._attribute = LaunchAttribute(LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, b"", 1)
+        self._config = LaunchConfig(grid, 1, 1, block, 1, 1, shared_mem, None,
+                                    ctypes.addressof(self._attribute), 1)  # fmt: skip
         # cuLaunchKernel's arguments but the stream, converted to ctypes once rather than on every call.
         u32 = ctypes.c_uint
         self._before_stream = (ctypes.c_void_p(function), u32(grid), u32(1), u32(1), u32(block), u32(1), u32(1))
@@ -217,5 +238,9 @@ class RawLaunch:
         return found
 
     def launch(self, stream: int) -> int:
-        """cuLaunchKernel on `stream` (a CUstream handle; 0 is the legacy default stream): its CUresult."""
+        """cuLaunchKernel on `stream` (a CUstream handle; 0 is the legacy default stream), or cuLaunchKernelEx
+        with programmatic dependent launch: its CUresult."""
+        if self.programmatic:
+            self._config.hStream = stream
+            return libcuda().cuLaunchKernelEx(ctypes.byref(self._config), self._before_stream[0], self._params, None)
         return libcuda().cuLaunchKernel(*self._before_stream, ctypes.c_void_p(stream), self._params, None)

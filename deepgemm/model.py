@@ -43,6 +43,37 @@ def balanced_workers(tiles: int, slots: int) -> int:
     return ceil_div(tiles, rounds)
 
 
+MIN_K_TILES_PER_WORKER = 4  # a run of k-tiles shorter than this cannot fill the pipeline it runs through
+
+
+def stream_k_schedule(
+    tiles: int, slots: int, k_tiles: int, rounds: int = 1, min_k_tiles: int = MIN_K_TILES_PER_WORKER
+) -> tuple[int, int]:
+    """Stream-K's share of a persistent launch of `tiles` (cluster) tiles on `slots` workers: (sk_tiles,
+    sk_workers). The first tiles - sk_tiles run whole, a round at a time on every slot; the last sk_tiles
+    (the partial round, and with rounds = 2 also the full round before it, where there is one) are cut
+    into sk_workers equal runs of k-tiles, one per worker, at least `min_k_tiles` long. A tile cut between
+    workers is summed by the last of them to finish, in worker order. (0, 0) where every round is full.
+    288 tiles of 64 k-tiles on 132 slots: 264 whole (two rounds), then 24 x 64 k-tiles in 132 runs of
+    11 or 12, so every slot does 2.18 tiles of work instead of 3 rounds' worth."""
+    full, rest = divmod(tiles, slots)
+    if rest == 0:
+        return 0, 0
+    sk_tiles = rest + slots * min(rounds - 1, full)
+    return sk_tiles, min(slots, max(1, sk_tiles * k_tiles // min_k_tiles))
+
+
+def split_k_schedule(tiles: int, split: int) -> tuple[int, int]:
+    """Split-K as the same schedule: every tile cut into `split` runs, each its own worker."""
+    return (tiles, tiles * split) if split > 1 else (0, 0)
+
+
+def worker_of_k_tile(i: int, sk_iters: int, workers: int) -> int:
+    """Which worker's run holds k-tile i of the stream-K part (sk_tiles x k_tiles of them, `sk_iters`):
+    worker w runs k-tiles [w * sk_iters // workers, (w + 1) * sk_iters // workers)."""
+    return ((i + 1) * workers + sk_iters - 1) // sk_iters - 1
+
+
 def tile_rounds(m: int, n: int, block_m: int, block_n: int, cluster_m: int, sm_count: int) -> dict[str, float]:
     """How v5's persistent grid covers an M x N output: its cluster tiles, the CTAs it launches (full rounds,
     `balanced_workers`), the rounds, the share of the SMs busy, and the share of the computed rows that are

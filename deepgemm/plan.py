@@ -35,7 +35,14 @@ from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.frameworks import Cupy, Torch
 from deepgemm.heuristic import pick_config
 from deepgemm.jit import LIBRARY_KERNEL, get_kernel, launch_facts
-from deepgemm.model import balanced_workers, ceil_div, cluster_tiles, round_up
+from deepgemm.model import (
+    balanced_workers,
+    ceil_div,
+    cluster_tiles,
+    round_up,
+    split_k_schedule,
+    stream_k_schedule,
+)
 from deepgemm.operands import (
     Problem,
     check_bias,
@@ -56,9 +63,17 @@ DEFAULTS = GemmConfig(
     block_n=256,
     block_k=64,
     num_stages=4,
-    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "SWAP_AB": 0},
+    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "STREAM_K": 0, "SWAP_AB": 0,
+           "PDL": 0},
 )
-SWAP_BLOCK_N = (16, 32)  # [8] C's rows as wgmma's N
+BLOCK_NS = tuple(range(16, 257, 16))  # [7] wgmma's N, 16 columns per stmatrix of the epilogue
+SWAP_BLOCK_NS = tuple(range(8, 257, 8))  # [8] C's rows as wgmma's N: any multiple of 8
+CLUSTER_SIDES = (1, 2, 4)  # [9] CTAs along either side of a cluster ...
+MAX_CLUSTER = 8  # ... and in all: the portable cluster size
+BOX_ROW_MULTIPLE = 8  # a CTA's part of a tile is whole 8-row groups of the 128B swizzle (1024 bytes)
+STREAM_K_ROUNDS = (0, 1, 2)  # [6] 0 off; else the rounds the cut part spans (model.stream_k_schedule)
+# The plan's schedule (the kernel only needs PARTIAL_TILES) and how it launches: never compiled in.
+HOST_ONLY_KNOBS = ("SPLIT_K", "STREAM_K", "PDL")
 OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
 
 
@@ -68,7 +83,7 @@ def kernel_parameters(c_by_pointer: bool) -> tuple[tuple[str, str], ...]:
     c_params = (("out", "ptr"),) if c_by_pointer else (("out", "map"),)
     shape = (("m", "i32"), ("n", "i32"), ("k", "i32"), *((("ldc", "i32"),) if c_by_pointer else ()))
     return (("a", "map"), ("b", "map"), *c_params, ("bias", "ptr"), ("alpha", "f32"), *shape,
-            ("partials", "ptr"), ("counters", "ptr"))  # fmt: skip
+            ("partials", "ptr"), ("counters", "ptr"), ("sk_tiles", "i32"), ("sk_workers", "i32"))  # fmt: skip
 
 
 CALL_PARAMETERS = ("a", "b", "out", "bias", "alpha", "partials", "counters")  # what a call writes; last two: split-K
@@ -85,12 +100,25 @@ def check_config(cfg: GemmConfig) -> None:
     """The tile and cluster the kernel is written for: ValueError names the knob and why."""
     swap = cfg.value("SWAP_AB")
     require_in(cfg, "SWAP_AB", (0, 1), "1 computes C^T = b^T a^T, C's rows as wgmma's N")
-    require_wgmma_tile(cfg, block_n=SWAP_BLOCK_N if swap else (64, 128, 192, 256), block_m=(64, 128))
-    require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
-    require_in(cfg, "CLUSTER_N", (1, 2), "CTAs per cluster sharing A through TMA multicast")
+    require_wgmma_tile(cfg, block_n=SWAP_BLOCK_NS if swap else BLOCK_NS, block_m=(64, 128))
+    require_in(cfg, "CLUSTER_M", CLUSTER_SIDES, "CTAs per cluster sharing B through TMA multicast")
+    require_in(cfg, "CLUSTER_N", CLUSTER_SIDES, "CTAs per cluster sharing A through TMA multicast")
+    cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
+    if cluster_m * cluster_n > MAX_CLUSTER:
+        size = cluster_m * cluster_n
+        raise ValueError(f"CLUSTER_M x CLUSTER_N = {size} exceeds the portable cluster of {MAX_CLUSTER}")
+    for part, whole, side in (("B", "BLOCK_N", "CLUSTER_M"), ("A", "BLOCK_M", "CLUSTER_N")):
+        if (cfg.value(whole) // cfg.value(side)) % BOX_ROW_MULTIPLE:
+            raise ValueError(f"{whole} / {side} = {cfg.value(whole)} / {cfg.value(side)}: each CTA loads its "
+                             f"part of {part} in whole groups of {BOX_ROW_MULTIPLE} rows (the swizzle's 1024 bytes)")
     split = cfg.value("SPLIT_K")
     if not isinstance(split, int) or split < 1:
         raise ValueError(f"SPLIT_K = {split} must be a positive number of slices of K")
+    require_in(cfg, "STREAM_K", STREAM_K_ROUNDS, "0 off, else the rounds of tiles stream-K cuts along K")
+    require_in(cfg, "PDL", (0, 1), "1 launches with programmatic dependent launch")
+    if split > 1 and cfg.value("STREAM_K"):
+        raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
+                         "the other, not both")  # fmt: skip
 
 
 def check_split(split: int, k: int, block_k: int) -> None:
@@ -100,17 +128,17 @@ def check_split(split: int, k: int, block_k: int) -> None:
         raise ValueError(f"SPLIT_K = {split} exceeds the {k_tiles} k-tiles of K = {k} (BLOCK_K = {block_k})")
 
 
-def split_k_scratch(m: int, n: int, cfg: GemmConfig) -> tuple[int, int]:
-    """[6] The fp32 partials (a BLOCK_M x BLOCK_N block per CTA tile, the clusters' padding tiles included,
-    per slice) and the counters (one per 16-row strip of every CTA tile) a split-K launch on the kernel's
-    M x N needs; (0, 0) without split-K."""
-    split = cfg.value("SPLIT_K")
-    if split == 1:
+def cut_scratch(cfg: GemmConfig, schedule: tuple[int, int]) -> tuple[int, int]:
+    """[6] The fp32 partials and the counters a launch that cuts `schedule` = (sk_tiles, sk_workers) cluster
+    tiles along K needs: a slot of one cluster tile (CLUSTER_M x CLUSTER_N CTA tiles of BLOCK_M x BLOCK_N)
+    for every part, sk_workers + sk_tiles slots (the kernel's slot is worker + cut tile), and a counter per
+    16-row strip of every cut tile; (0, 0) where no tile is cut."""
+    sk_tiles, workers = schedule
+    if not sk_tiles:
         return 0, 0
-    block_m, block_n = cfg.value("BLOCK_M"), cfg.value("BLOCK_N")
-    cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
-    tiles = cluster_tiles(m, n, block_m, block_n, cluster_m, cluster_n) * cluster_m * cluster_n
-    return split * tiles * block_m * block_n, tiles * block_m // STRIP_ROWS
+    cta_tiles = cfg.value("CLUSTER_M") * cfg.value("CLUSTER_N")
+    tile_floats = cta_tiles * cfg.value("BLOCK_M") * cfg.value("BLOCK_N")
+    return (workers + sk_tiles) * tile_floats, sk_tiles * cta_tiles * cfg.value("BLOCK_M") // STRIP_ROWS
 
 
 def chosen_config(problem: Problem, device: int, config: GemmConfig | None = None) -> tuple[GemmConfig, str]:
@@ -264,9 +292,6 @@ def _build(
         else:
             view, mn_major = found
             staged, view_shape, view_strides = None, view.shape, view.strides
-        if mn_major and swap and name == "a":
-            raise ValueError("SWAP_AB = 1 reads a in boxes of BLOCK_N (16 or 32) rows, which must be K-major: "
-                             "pass a as a row-major (M, K), not the transposed view of a (K, M)")  # fmt: skip
         span = SWIZZLE_BYTES // itemsize
         if mn_major and rows % span:
             raise ValueError(f"an MN-major {role} arrives in {span}-wide boxes, and each CTA loads {rows} of its "
@@ -278,7 +303,7 @@ def _build(
 
     out_dtype = p.out_dtype
     defines = {
-        **cfg.defines(), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
+        **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
         "B_MN_MAJOR": int(operands[1].mn_major), "HAS_BIAS": int(bias_in_place is not None),
         "ACTIVATION": ACTIVATIONS[act], "OUT_DTYPE": OUT_DTYPE_CODES[dtype_name(out_dtype)],
     }  # fmt: skip
@@ -302,14 +327,17 @@ def _build(
         if not (aligned and strides[0] % 16 == 0):  # TMA cannot describe rows such as 4097 fp16: written padded
             out_staged = (p.m, round_up(p.n, 16 // out_itemsize))
             strides = (out_staged[1] * out_itemsize, out_itemsize)
-        spec = tile_map_spec(out_shape, strides, PLACEHOLDER_ADDRESS, out_itemsize, *facts.store_box, SWIZZLE_BYTES)
+        swizzle = facts.store_box[1] * out_itemsize  # [7] a store box's row is one swizzle span: 128, 64 or 32 bytes
+        spec = tile_map_spec(out_shape, strides, PLACEHOLDER_ADDRESS, out_itemsize, *facts.store_box, swizzle)
         values["out"] = encode_spec(spec, out_dtype, PLACEHOLDER_ADDRESS)
+    grid, schedule = persistent_grid(device, m, n, p.k, cfg, function, facts.threads, facts.smem_bytes)
     values.update(a=maps[0], b=maps[1], bias=np.uint64(0), alpha=np.float32(1.0), partials=np.uint64(0),
-                  counters=np.uint64(0), m=np.int32(m), n=np.int32(n), k=np.int32(p.k))  # fmt: skip
+                  counters=np.uint64(0), m=np.int32(m), n=np.int32(n), k=np.int32(p.k),
+                  sk_tiles=np.int32(schedule[0]), sk_workers=np.int32(schedule[1]))  # fmt: skip
     parameters = kernel_parameters(facts.store_box is None)
-    raw = RawLaunch(function, persistent_grid(device, m, n, cfg, function, facts.threads, facts.smem_bytes),
-                    facts.threads, facts.smem_bytes, [values[name] for name, _ in parameters])  # fmt: skip
-    slots = call_slots(facts.store_box is None, cfg.value("SPLIT_K") > 1)
+    raw = RawLaunch(function, grid, facts.threads, facts.smem_bytes, [values[name] for name, _ in parameters],
+                    programmatic=cfg.value("PDL") == 1)  # fmt: skip
+    slots = call_slots(facts.store_box is None, schedule[0] > 0)
     return Plan(
         framework=framework,
         device=device,
@@ -321,22 +349,56 @@ def _build(
         out_dtype=framework.framework_dtype(out_dtype),
         out_staged=out_staged,
         bias_in_place=bool(bias_in_place),
-        scratch=split_k_scratch(m, n, cfg),
+        scratch=cut_scratch(cfg, schedule),
         kernel_name=kernel.name,
         launch=raw,
         setters=tuple(raw.setters(slots)),
     )
 
 
-def persistent_grid(device: int, m: int, n: int, cfg: GemmConfig, function: int, threads: int, smem: int) -> int:
-    """CTAs of the persistent grid: as many whole clusters as fit on the GPU at once (one CTA per SM without
-    clusters), but only as many as finish the work units (cluster tiles times split-K's slices) in that many
-    rounds, so that every round is full (`balanced_workers`)."""
+def persistent_grid(
+    device: int, m: int, n: int, k: int, cfg: GemmConfig, function: int, threads: int, smem: int
+) -> tuple[int, tuple[int, int]]:
+    """CTAs of the persistent grid and [6] the schedule of the tiles cut along K, (sk_tiles, sk_workers)
+    (`model.stream_k_schedule` / `split_k_schedule`; (0, 0): every tile whole). Slots: as many whole
+    clusters as fit on the GPU at once (one CTA per SM without clusters). Stream-K runs a worker on every
+    slot; otherwise only as many as finish the work units (cluster tiles times split-K's slices) in as
+    many rounds, so that every round is full (`balanced_workers`)."""
     cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
     size = cluster_m * cluster_n
-    units = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n) * cfg.value("SPLIT_K")
+    tiles = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n)
     slots = device_limits(device).sm_count if size == 1 else max_active_clusters(function, size, threads, smem)
-    return balanced_workers(units, slots) * size
+    k_tiles = ceil_div(k, cfg.value("BLOCK_K"))
+    if cfg.value("STREAM_K"):
+        schedule = stream_k_schedule(tiles, slots, k_tiles, rounds=cfg.value("STREAM_K"))
+        check_cut(schedule, k_tiles)
+        if schedule[0]:
+            return slots * size, schedule
+        return balanced_workers(tiles, slots) * size, schedule  # every round full: nothing to cut
+    schedule = split_k_schedule(tiles, cfg.value("SPLIT_K"))
+    check_cut(schedule, k_tiles)
+    units = schedule[1] or tiles
+    return balanced_workers(units, slots) * size, schedule
+
+
+CUT_INDEX_LIMIT = 1 << 31  # the kernel finds a k-tile's worker in 32-bit arithmetic: k-tiles x workers below this
+
+
+def check_cut(schedule: tuple[int, int], k_tiles: int) -> None:
+    """ValueError where the cut part is too large for the kernel's 32-bit arithmetic (a split of a big problem
+    that split-K is not for: stream-K's part is at most two rounds of tiles)."""
+    sk_tiles, workers = schedule
+    if sk_tiles * k_tiles * workers >= CUT_INDEX_LIMIT:
+        raise ValueError(f"SPLIT_K cuts {sk_tiles} tiles of {k_tiles} k-tiles into {workers} parts: over the "
+                         f"kernel's 2^31 limit on k-tiles x parts; split a problem this large less, or not at all")
+
+
+def kernel_defines(cfg: GemmConfig) -> dict[str, int]:
+    """The config's defines as the kernel takes them: SPLIT_K and STREAM_K are the plan's schedule (host
+    only), so every config that cuts tiles compiles to one kernel, PARTIAL_TILES 1."""
+    defines = {name: value for name, value in cfg.defines().items() if name not in HOST_ONLY_KNOBS}
+    cuts = cfg.extra.get("SPLIT_K", 1) > 1 or cfg.extra.get("STREAM_K", 0) > 0
+    return {**defines, "PARTIAL_TILES": int(cuts)}
 
 
 def require_hopper(device: int) -> None:

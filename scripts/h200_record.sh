@@ -20,8 +20,16 @@
 #   scripts/h200_record.sh gpc      the lab's map of where v5's clusters land (gpc_placement.json), then the GPU tests
 #   scripts/h200_record.sh autotune the autotune table at the shape table's shapes (autotune.json; DTYPE=fp16,
 #                                   bf16 or both)
-#   scripts/h200_record.sh shapes   the shape table: deepgemm.gemm beside torch.matmul (shapes.json; DTYPE as above)
+#   scripts/h200_record.sh shapes   the shape table (102 problems) and the Llama-3-8B decoder block: deepgemm.gemm
+#                                   beside torch.matmul in CUDA graphs and per call, the table's pick and the
+#                                   heuristic's, merged into shapes.json; one dtype a device call (DTYPE=fp16, then
+#                                   DTYPE=bf16, about 5 minutes each; PART=table or block for one part), then the
+#                                   shape table's GPU tests. Between the two calls, unpack the first call's
+#                                   results_h200.tgz here, so that the second merges into its shapes.json.
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
+#   scripts/h200_record.sh space    the library kernel's tile widths, clusters, swap AB and stream-K under test
+#                                   (tests/test_gpu_library.py), then the lab's sweep of its configuration space
+#                                   beside torch.matmul (lab/results/h200/library_space.json; DTYPE, SHAPES)
 #   scripts/h200_record.sh source   stall samples per SASS instruction and kernel.cu line, every stage, 4096^3
 #                                   FP16 (profile_source.json)
 #   scripts/h200_record.sh kernels  every kernel deepgemm.gemm launches, first call included, under Nsight Compute
@@ -90,10 +98,19 @@ elif [ "$part" = coalescer ]; then
 elif [ "$part" = gpc ]; then
   timeout 120 python3 -m lab gpc --record 2>&1 | tail -6
   gpu_tests
-elif [ "$part" = shapes ]; then
-  timeout 560 python3 -m tutorial bench --suite shapes --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
+elif [ "$part" = shapes ]; then  # the whole log to $out, its summary here (the table is in shapes.json)
+  dtype=${DTYPE:-fp16}
+  timeout 480 python3 -m tutorial bench --suite shapes --dtype "$dtype" --part "${PART:-both}" --record \
+    > "$out/shapes_$dtype.log" 2>&1
+  grep -v '^[a-z0-9]*16  ' "$out/shapes_$dtype.log" | tail -70
+  timeout 60 python3 -m pytest tests/test_gpu_shapes.py -q -rfE -p no:cacheprovider 2>&1 | tail -5
 elif [ "$part" = autotune ]; then
   timeout 560 python3 -m tutorial autotune --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
+elif [ "$part" = space ]; then
+  timeout "${TEST_S:-240}" python3 -m pytest tests/test_gpu_library.py -q -rfE -p no:cacheprovider -x \
+    -k "${TESTS_K:-steps_of or stream_k or narrow_store or swap_ab or split_k or programmatic}" 2>&1 | tail -25
+  timeout "${SWEEP_S:-300}" python3 -m lab.library_space --dtype "${DTYPE:-fp16}" ${SHAPES:+--shapes "$SHAPES"} \
+    --record 2>&1 | tail -80
 elif [ "$part" = stability ]; then
   timeout 300 python3 -m tutorial stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
 elif [ "$part" = kernels ]; then

@@ -72,12 +72,13 @@ def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
     import json
 
     from deepgemm.heuristic import config_from_fields
+    from deepgemm.plan import kernel_defines
     from tutorial import results
 
     record = results.load("autotune")
     pairs = sorted({(r["dtype"], json.dumps(r["config"], sort_keys=True)) for r in record["rows"]})
     builds = []
     for dtype, fields in pairs:
-        knobs = config_from_fields(json.loads(fields)).merged_over(stages.load(LIBRARY).DEFAULTS).defines()
+        knobs = kernel_defines(config_from_fields(json.loads(fields)).merged_over(stages.load(LIBRARY).DEFAULTS))
         builds.append((dtype, fields, launcher_defines(LIBRARY, dtype == "bf16", **knobs)))
     return builds

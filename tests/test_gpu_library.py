@@ -260,9 +260,10 @@ def test_library_swap_ab_every_tile_and_split_the_heuristic_may_pick(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_library_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_refuses_an_mn_major_a(dtype):
+def test_library_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_reads_an_mn_major_a_in_whole_boxes(dtype):
     """[8] Swapped, the bias runs along the tile's rows: bias + GELU into a 16-bit or fp32 out (with split-K),
-    into an out with a row stride; five more launches bit-identical; an MN-major a is refused by name."""
+    into an out with a row stride; five more launches bit-identical; an MN-major a (the kernel's B) is read in
+    place where each CTA's part is whole 64-wide boxes, and refused by name where it is not."""
     import cupy
 
     from deepgemm.config import GemmConfig
@@ -286,8 +287,153 @@ def test_library_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_refuses_an_m
     launch = launcher.plan(a, b, wide[:, :700], config=config)
     assert verify(launch, reference(a, b), launch.out).passed and bool(cupy.isnan(wide[:, 700:]).all())
     a16, b16 = random_problem(16, 700, 1000, input_dtype(dtype), seed=32)  # 32-byte rows: TMA reads a16.T in place
-    with pytest.raises(ValueError, match="SWAP_AB = 1 reads a in boxes"):
+    with pytest.raises(ValueError, match="an MN-major B arrives in 64-wide boxes"):
         launcher.plan(cupy.ascontiguousarray(a16.T).T, b16, config=config)
+    a64, b64 = random_problem(100, 700, 1000, input_dtype(dtype), seed=33)
+    wide_tokens = GemmConfig(block_n=128, num_stages=6, extra={"CLUSTER_M": 1, "SWAP_AB": 1})
+    launch = launcher.plan(cupy.ascontiguousarray(a64.T).T, b64, config=wide_tokens)
+    assert verify(launch, reference(a64, b64), launch.out).passed
     mn_unreadable = cupy.ascontiguousarray(a.T).T  # 9 rows, 18-byte rows: copied K-major, so swap AB takes it
     launch = launcher.plan(mn_unreadable, b, config=config)
     assert verify(launch, reference(a, b), launch.out).passed
+
+
+def _failures_over(launcher, configs, shapes, dtype, seed, layouts=("k",)):
+    """Every config at every shape (and b layout: "k" K-major, "mn" MN-major where the config reads it in
+    whole boxes), verified on fresh inputs: the list of what failed, named."""
+    import cupy
+
+    from deepgemm.dtypes import input_dtype
+    from deepgemm.heuristic import layout_fits
+    from deepgemm.plan import DEFAULTS
+    from tutorial.check import random_problem
+
+    failures = []
+    for c, config in enumerate(configs):
+        for i, (m, n, k) in enumerate(shapes):
+            a, b = random_problem(m, n, k, input_dtype(dtype), seed=seed + 100 * c + i)
+            for layout in layouts:
+                if layout == "mn" and not layout_fits(config.merged_over(DEFAULTS), True, False):
+                    continue
+                b_in = cupy.ascontiguousarray(b) if layout == "mn" else b
+                stats = _check(launcher, a, b_in, config=config)
+                if not stats.passed:
+                    failures.append(f"{m}x{n}x{k} {layout}-major b {config}: {stats.summary()}")
+    return failures
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_tile_widths_in_steps_of_16_and_clusters_of_four_match_reference(dtype):
+    """[7] [9] BLOCK_N in steps of 16 (stored in 128-, 64- or 32-byte chunks, each with the swizzle of its
+    span) and clusters of up to 4 x 2 CTAs multicasting A, B or both, at tails in every dimension (a
+    cluster's last CTAs with no rows or columns of C), b in both layouts where the tile allows."""
+    from deepgemm.config import GemmConfig
+
+    launcher = stage_or_skip(LIBRARY)
+    tiles = ((128, 16, 1, 1), (64, 48, 1, 4), (128, 112, 2, 1), (128, 176, 2, 4), (128, 208, 1, 2),
+             (64, 224, 4, 2), (128, 256, 4, 1), (64, 96, 4, 1), (128, 128, 1, 4))  # fmt: skip
+    configs = [GemmConfig(block_m=bm, block_n=bn, num_stages=3, extra={"CLUSTER_M": cm, "CLUSTER_N": cn})
+               for bm, bn, cm, cn in tiles]  # fmt: skip
+    shapes = ((300, 520, 200), (129, 1000, 136), (1000, 300, 72), (777, 2112, 520))
+    failures = _failures_over(launcher, configs, shapes, dtype, seed=2000, layouts=("k", "mn"))
+    assert not failures, "\n".join(failures)
+
+
+def test_library_narrow_store_chunks_fuse_the_epilogue_into_every_output_type():
+    """[7] A tile row that is not whole 128-byte chunks (BLOCK_N 208: 32-byte chunks of fp16, 64-byte of fp32)
+    stores bias + GELU into fp16 and fp32 at tails, through the map whose swizzle matches the chunk."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16, FLOAT32
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    a, b = random_problem(333, 1000, 520, BFLOAT16, seed=41)
+    bias = cupy.random.default_rng(41).random(1000, dtype=cupy.float32) * 2 - 1
+    for block_n in (208, 48, 96):
+        for out_dtype in (None, FLOAT32):
+            config = GemmConfig(block_n=block_n, num_stages=3, extra={"CLUSTER_M": 1})
+            launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+            stats = verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out)
+            assert stats.passed, f"BLOCK_N {block_n} out {out_dtype}: {stats.summary()}"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_swap_ab_token_tiles_in_steps_of_8_match_reference(dtype):
+    """[8] [9] Swapped, the tokens as wgmma's N in steps of 8 (8 to 256 rows of C per tile) at odd M (1, 17,
+    200, 777), clusters along the weight's rows (sharing the tokens) and along the tokens (sharing the
+    weight, up to 4), whole, stream-K and split-K."""
+    from deepgemm.config import GemmConfig
+
+    launcher = stage_or_skip(LIBRARY)
+    tiles = ((64, 8, 1, 1, {}), (128, 24, 2, 1, {"STREAM_K": 1}), (128, 40, 1, 2, {}), (64, 88, 1, 4, {"STREAM_K": 2}),
+             (128, 200, 1, 4, {"STREAM_K": 1}), (128, 256, 2, 2, {}), (64, 200, 1, 1, {"SPLIT_K": 3}),
+             (128, 136, 4, 1, {"STREAM_K": 1}))  # fmt: skip
+    configs = [GemmConfig(block_m=bm, block_n=bn, num_stages=4,
+                          extra={"SWAP_AB": 1, "CLUSTER_M": cm, "CLUSTER_N": cn, **cut})
+               for bm, bn, cm, cn, cut in tiles]  # fmt: skip
+    shapes = ((1, 1000, 520), (17, 1032, 1000), (200, 700, 1000), (777, 4096, 520))
+    failures = _failures_over(launcher, configs, shapes, dtype, seed=3000, layouts=("k", "mn"))
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_stream(dtype):
+    """[6] Stream-K at tile counts that leave the last round partial (odd counts, clusters of two and four),
+    one and two rounds cut, runs that cross from one tile into the next, K short enough that the workers are
+    fewer than the SMs, bias and GELU applied by the last part; then the same plan again and on four
+    streams, every result bit-identical to the first."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    cuts = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": cm, "CLUSTER_N": cn, "STREAM_K": r})
+            for bm, bn, cm, cn, r in ((128, 256, 2, 1, 1), (128, 256, 2, 1, 2), (128, 176, 1, 1, 1),
+                                      (64, 128, 2, 2, 2), (128, 128, 4, 1, 1))]  # fmt: skip
+    shapes = ((4096, 2112, 1000), (1000, 4096, 4160), (2500, 3000, 200), (129, 7000, 520))
+    failures = _failures_over(launcher, cuts, shapes, dtype, seed=4000)
+    assert not failures, "\n".join(failures)
+    a, b = random_problem(3000, 2112, 1000, input_dtype(dtype), seed=44)
+    bias = cupy.random.default_rng(44).random(2112, dtype=cupy.float32) * 2 - 1
+    launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", config=cuts[0])
+    assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
+    first = launch().copy()
+    for _ in range(3):
+        assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K is not deterministic"
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
+    outs = [cupy.empty_like(first) for _ in streams]
+    for stream, out in zip(streams, outs):
+        with stream:
+            for _ in range(3):
+                launcher.plan(a, b, out, bias=bias, activation="gelu_tanh", config=cuts[0])()
+    for stream, out in zip(streams, outs):
+        stream.synchronize()
+        assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K differs across streams"
+
+
+def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrote():
+    """[10] With PDL a launch may start before the one before it in the stream ends; griddepcontrol.wait
+    holds it until that kernel's writes are visible. A chain in which each product is the next one's A (and
+    the same output buffer is written again at once, so a late read of it would see the next values) must
+    still equal the unchained products: run many links with small, fast kernels, so that overlap is likely."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16
+    from tutorial.check import random_problem, reference
+
+    launcher = stage_or_skip(LIBRARY)
+    pdl = GemmConfig(block_n=64, extra={"CLUSTER_M": 1, "PDL": 1, "STREAM_K": 1})
+    a, b = random_problem(256, 256, 256, BFLOAT16, seed=61)
+    b = b * 0.125  # each link multiplies the values' variance by 256 / 3 / 64: 20 links stay well in range
+    x, expected = a, a
+    for _ in range(20):
+        x = launcher.gemm(x, b, config=pdl)
+        expected = cupy.asarray(reference(expected, b).value, dtype=a.dtype)  # one rounding per link, as the kernel
+    got, want = x.astype(cupy.float64), expected.astype(cupy.float64)
+    rel = float(cupy.linalg.norm(got - want) / cupy.linalg.norm(want))
+    assert rel < 5e-2, f"relative error {rel:.3g} after 20 chained launches"  # bf16 rounding: about 1e-2; a race: ~1

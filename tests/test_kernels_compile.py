@@ -123,11 +123,23 @@ def test_v5_exports_the_box_it_stores_c_in(out_fp32, element_bytes):
 
 
 @pytest.mark.parametrize(("out_dtype", "element_bytes"), [(0, 2), (1, 2), (2, 4)])
-def test_library_exports_the_box_it_stores_c_in_for_every_output_type(out_dtype, element_bytes):
-    """The plan builds C's tensor map from this box (fp16, bf16 or fp32 C from either input type)."""
+@pytest.mark.parametrize(("block_n", "row_bytes_fp16"), [(256, 128), (192, 128), (96, 64), (208, 32), (48, 32)])
+def test_library_exports_the_box_it_stores_c_in_for_every_output_type(
+    out_dtype, element_bytes, block_n, row_bytes_fp16
+):
+    """The plan builds C's tensor map from this box (fp16, bf16 or fp32 C from either input type): 16 rows
+    of the widest chunk of 128, 64 or 32 bytes that divides the tile's row, whose span the map swizzles; the
+    staging in shared memory follows (2 buffers per consumer warp)."""
     for bf16 in (False, True):
-        facts = compiled(LIBRARY, launcher_defines(LIBRARY, bf16, OUT_DTYPE=out_dtype)).launch_facts()
-        assert facts.store_box == (16, 128 // element_bytes), (bf16, out_dtype)
+        defines = launcher_defines(LIBRARY, bf16, OUT_DTYPE=out_dtype, BLOCK_N=block_n, CLUSTER_M=1)
+        report = compiled(LIBRARY, defines)
+        facts = report.launch_facts()
+        row_bytes = 128 if (block_n * element_bytes) % 128 == 0 else min(128, row_bytes_fp16 * element_bytes // 2)
+        assert facts.store_box == (16, row_bytes // element_bytes), (bf16, out_dtype, block_n)
+        assert block_n % facts.store_box[1] == 0
+        cfg = GemmConfig(block_n=block_n).merged_over(stages.load(LIBRARY).DEFAULTS)
+        staging = 2 * 4 * 2 * 16 * row_bytes  # consumer warpgroups x warps x buffers x a box
+        assert facts.smem_bytes == tile_smem_bytes(cfg) + staging + ALIGNMENT_SLACK_BYTES
 
 
 def test_stages_without_tma_export_no_launch_facts():
@@ -231,7 +243,7 @@ def test_library_multicasts_the_operands_its_cluster_shares(cluster_m, cluster_n
     )
 
 
-@pytest.mark.parametrize("block_n", [64, 128, 192, 256])
+@pytest.mark.parametrize("block_n", [16, 48, 64, 112, 128, 176, 192, 208, 256])
 def test_library_issues_one_wgmma_shape_per_tile_width(block_n):
     """[7] BLOCK_N picks the instruction: four m64nBLOCK_Nk16 per k-tile (one per k16 step) and no other,
     with as many stages as the heuristic gives the width, no spills and no serialised wgmma."""
@@ -287,23 +299,28 @@ def test_library_reads_each_operand_layout_with_the_transpose_bit_and_64_wide_bo
 
 
 @pytest.mark.parametrize(
-    ("split", "block_m", "cluster_m", "block_n", "epilogue"),
-    [(2, 128, 2, 256, {}), (4, 128, 1, 128, {"HAS_BIAS": 1, "ACTIVATION": 2}), (3, 64, 2, 128, {"OUT_DTYPE": 2})],
+    ("block_m", "cluster_m", "cluster_n", "block_n", "epilogue"),
+    [(128, 2, 1, 256, {}), (128, 1, 1, 128, {"HAS_BIAS": 1, "ACTIVATION": 2}), (64, 2, 1, 128, {"OUT_DTYPE": 2}),
+     (128, 2, 4, 176, {}), (64, 1, 1, 200, {"SWAP_AB": 1})],
 )
-def test_library_split_k_builds_keep_the_main_loop_and_add_slices_in_the_same_kernel(
-    split, block_m, cluster_m, block_n, epilogue
+def test_library_builds_that_cut_tiles_keep_the_main_loop_and_add_the_parts_in_the_same_kernel(
+    block_m, cluster_m, cluster_n, block_n, epilogue
 ):
-    """[6] A split-K build adds its slices inside gemm_kernel, with any epilogue: no spills, no serialised
-    wgmma, the main loop as short as without it; one atomic per strip (the counter, acquire-release: no
-    sequentially consistent fence), the partials stored and loaded at L2 (strong, GPU scope), and no second
-    kernel."""
+    """[6] A build that may cut tiles along K (stream-K, split-K) adds the parts inside gemm_kernel, with any
+    epilogue, tile and cluster: no spills, no serialised wgmma, the main loop as short as without it; one
+    atomic per strip (the counter, acquire-release: no sequentially consistent fence), the partials stored
+    and loaded at L2 (strong, GPU scope), and no second kernel."""
     for bf16 in (False, True):
-        knobs = {"SPLIT_K": split, "BLOCK_M": block_m, "CLUSTER_M": cluster_m, "BLOCK_N": block_n, **epilogue}
+        knobs = {"PARTIAL_TILES": 1, "BLOCK_M": block_m, "CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n,
+                 "BLOCK_N": block_n, **epilogue}  # fmt: skip
         defines = launcher_defines(LIBRARY, bf16, **knobs)
         _fits(compiled(LIBRARY, defines), knobs)
         code = sass(LIBRARY, defines)
         loop = _sass_loop_around(code, f"HGMMA.64x{block_n}x16")
-        assert len(loop) <= MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"
+        # [9] A stage goes back to every CTA that loads into it: each beyond the three of a 2 x 2 cluster adds
+        # its arrival and that arrival's address to the loop.
+        extra = 2 * max(0, cluster_m + cluster_n - 1 - 3)
+        assert len(loop) <= MAIN_LOOP_MAX_INSTRUCTIONS + extra, f"{knobs}: {len(loop)} instructions per k-tile"
         assert code.count("ATOMG.E.ADD.STRONG.GPU") == 1 and "MEMBAR.SC.GPU" not in code, knobs
         pairs = block_n // 4  # float2 pairs per lane in a strip
         assert code.count("STG.E.64.STRONG.GPU") == pairs and code.count("LDG.E.64.STRONG.GPU") == pairs, knobs
@@ -503,26 +520,27 @@ def test_file_defaults_match_the_launcher_defaults(stage):
     from tutorial.stages import kernel_path
 
     text = kernel_path(stage).read_text()
-    for name, value in stages.load(stage).DEFAULTS.defines().items():
+    for name, value in stages.default_defines(stage).items():
         found = re.search(rf"#define {name} (\d+)", text)
         assert found, f"{stage}'s kernel has no default for {name}"
         assert int(found.group(1)) == value, f"{stage}: its kernel says {name} {found.group(1)}, launcher {value}"
 
 
-@pytest.mark.parametrize(("block_m", "block_n", "split"), [(128, 16, 1), (64, 32, 4), (128, 32, 16)])
-def test_library_swap_ab_builds_issue_narrow_wgmma_and_store_c_by_pointer(block_m, block_n, split):
-    """[8] Swapped: wgmma m64n16 or m64n32, no spills, the main loop as short as the others; no store box
-    (C comes as a pointer: the plan then passes its row stride), so no TMA store, no stmatrix, and no
-    shared memory staged for C."""
+@pytest.mark.parametrize(("block_m", "block_n", "cut"), [(128, 16, 0), (64, 32, 1), (128, 8, 1), (64, 200, 0)])
+def test_library_swap_ab_builds_issue_the_tokens_wgmma_and_store_c_by_pointer(block_m, block_n, cut):
+    """[8] Swapped: wgmma m64nBLOCK_Nk16 for any 8 rows of C, no spills, the main loop as short as the others;
+    no store box (C comes as a pointer: the plan then passes its row stride), so no TMA store, no stmatrix,
+    and no shared memory staged for C."""
     for bf16 in (False, True):
-        knobs = {"SWAP_AB": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "SPLIT_K": split, "CLUSTER_M": 1,
-                 "NUM_STAGES": 10, "HAS_BIAS": 1, "ACTIVATION": 2}  # fmt: skip
+        knobs = {"SWAP_AB": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "PARTIAL_TILES": cut, "CLUSTER_M": 1,
+                 "NUM_STAGES": 10 if block_n <= 32 else 4, "HAS_BIAS": 1, "ACTIVATION": 2}  # fmt: skip
         defines = launcher_defines(LIBRARY, bf16, **knobs)
         report = compiled(LIBRARY, defines)
         _fits(report, knobs)
         facts = report.launch_facts()
         assert facts.store_box is None
-        cfg = GemmConfig(block_m=block_m, block_n=block_n, num_stages=10).merged_over(stages.load(LIBRARY).DEFAULTS)
+        tile = GemmConfig(block_m=block_m, block_n=block_n, num_stages=knobs["NUM_STAGES"])
+        cfg = tile.merged_over(stages.load(LIBRARY).DEFAULTS)
         assert facts.smem_bytes == tile_smem_bytes(cfg) + ALIGNMENT_SLACK_BYTES
         code = sass(LIBRARY, defines)
         assert len(re.findall(rf"HGMMA\.64x{block_n}x16\.F32", code)) == 4, knobs

@@ -33,8 +33,10 @@ from deepgemm.plan import (
     check_config,
     check_split,
     chosen_config,
+    cut_scratch,
+    kernel_defines,
     kernel_parameters,
-    split_k_scratch,
+    persistent_grid,
     split_k_scratch_pointers,
 )
 
@@ -84,24 +86,34 @@ def _config(**knobs) -> GemmConfig:
     ("knobs", "message"),
     [
         ({"SWAP_AB": 2}, r"SWAP_AB = 2 must be one of \(0, 1\)"),
-        ({"block_n": 96}, r"BLOCK_N = 96 must be one of \(64, 128, 192, 256\)"),
-        ({"block_n": 64, "SWAP_AB": 1}, r"BLOCK_N = 64 must be one of \(16, 32\)"),
-        ({"block_n": 16}, r"BLOCK_N = 16 must be one of \(64, 128, 192, 256\)"),
+        ({"block_n": 100}, r"BLOCK_N = 100 must be one of \(16, 32, 48, .*, 256\)"),
+        ({"block_n": 8}, r"BLOCK_N = 8 must be one of \(16, 32, "),
+        ({"block_n": 12, "SWAP_AB": 1}, r"BLOCK_N = 12 must be one of \(8, 16, 24, .*, 256\)"),
+        ({"block_n": 264, "SWAP_AB": 1}, r"BLOCK_N = 264 must be one of \(8, 16, "),
         ({"block_m": 256}, r"BLOCK_M = 256 must be one of \(64, 128\)"),
-        ({"CLUSTER_M": 4}, r"CLUSTER_M = 4 must be one of \(1, 2\)"),
-        ({"CLUSTER_N": 3}, r"CLUSTER_N = 3 must be one of \(1, 2\)"),
+        ({"CLUSTER_M": 3}, r"CLUSTER_M = 3 must be one of \(1, 2, 4\)"),
+        ({"CLUSTER_N": 8}, r"CLUSTER_N = 8 must be one of \(1, 2, 4\)"),
+        ({"CLUSTER_M": 4, "CLUSTER_N": 4}, "CLUSTER_M x CLUSTER_N = 16 exceeds the portable cluster of 8"),
+        ({"block_n": 16, "CLUSTER_M": 4}, r"BLOCK_N / CLUSTER_M = 16 / 4: each CTA loads its part of B in whole"),
+        ({"block_m": 64, "CLUSTER_N": 4, "CLUSTER_M": 1, "block_n": 8, "SWAP_AB": 1}, None),
         ({"SPLIT_K": 0}, "SPLIT_K = 0 must be a positive number of slices of K"),
         ({"SPLIT_K": 1.5}, "SPLIT_K = 1.5 must be a positive number"),
+        ({"STREAM_K": 3}, r"STREAM_K = 3 must be one of \(0, 1, 2\)"),
+        ({"STREAM_K": 1, "SPLIT_K": 2}, "SPLIT_K = 2 and STREAM_K = 1: the tiles are cut one way or the other"),
     ],
 )
 def test_a_config_the_kernel_cannot_run_is_named_by_its_knob(knobs, message):
+    if message is None:  # at the edge of the rules, and inside them: 16-row parts of a 64-row A
+        check_config(_config(**knobs))
+        return
     with pytest.raises(ValueError, match=message):
         check_config(_config(**knobs))
 
 
 def test_the_kernels_configurations_pass():
     for knobs in ({}, {"block_n": 16, "block_m": 64, "SWAP_AB": 1, "CLUSTER_M": 1, "SPLIT_K": 4},
-                  {"block_n": 64, "CLUSTER_M": 1, "CLUSTER_N": 2}):  # fmt: skip
+                  {"block_n": 64, "CLUSTER_M": 1, "CLUSTER_N": 2}, {"block_n": 200, "SWAP_AB": 1, "CLUSTER_N": 4,
+                  "CLUSTER_M": 1, "STREAM_K": 2}, {"block_n": 176, "CLUSTER_M": 2, "CLUSTER_N": 4}):  # fmt: skip
         check_config(_config(**knobs))
     for choice in heuristic.candidates(16, 4096, 4096, 132)[:20]:  # every pick the heuristic can make
         check_config(choice.config().merged_over(DEFAULTS))
@@ -114,14 +126,48 @@ def test_split_k_needs_a_k_tile_for_every_slice():
     check_split(1, 1, 64)
 
 
-def test_split_k_scratch_covers_every_cta_tile_padding_included():
-    """300 x 1000 in 128 x 256 tiles, clusters of two along M: 3 tile rows padded to 4 (two cluster rows),
-    4 tile columns, so 16 CTA tiles; 3 slices of a 128 x 256 fp32 block each, one counter per 16 rows."""
-    assert split_k_scratch(300, 1000, _config()) == (0, 0)
-    partials, counters = split_k_scratch(300, 1000, _config(SPLIT_K=3))
-    assert (partials, counters) == (3 * 16 * 128 * 256, 16 * 128 // 16)
-    swapped = _config(block_m=64, block_n=16, SWAP_AB=1, CLUSTER_M=1, SPLIT_K=2)
-    assert split_k_scratch(4096, 10, swapped) == (2 * 64 * 1 * 64 * 16, 64 * 1 * 64 // 16)  # 64 x 1 tiles
+def test_cut_scratch_holds_a_slot_per_part_and_a_counter_per_strip_of_every_cut_tile():
+    """The kernel writes part (worker w, cut tile t) to slot w + t: sk_workers + sk_tiles slots of one
+    cluster tile each (CLUSTER_M x CLUSTER_N CTA tiles), and a counter per 16 rows of every cut tile."""
+    assert cut_scratch(_config(), (0, 0)) == (0, 0)
+    cfg = _config(SPLIT_K=3)  # 128 x 256 tiles in clusters of two
+    assert cut_scratch(cfg, (16, 48)) == ((48 + 16) * 2 * 128 * 256, 16 * 2 * 128 // 16)
+    swapped = _config(block_m=64, block_n=16, SWAP_AB=1, CLUSTER_M=1, CLUSTER_N=4, STREAM_K=1)
+    assert cut_scratch(swapped, (10, 132)) == (142 * 4 * 64 * 16, 10 * 4 * 64 // 16)
+
+
+def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
+    """SPLIT_K and STREAM_K never reach the compiler: the plan passes the schedule at launch, so every split
+    shares the kernel with PARTIAL_TILES 1, and a config that cuts nothing compiles without the sum."""
+    split2, split4 = kernel_defines(_config(SPLIT_K=2)), kernel_defines(_config(SPLIT_K=4))
+    assert split2 == split4 == kernel_defines(_config(STREAM_K=1))
+    assert split2["PARTIAL_TILES"] == 1 and "SPLIT_K" not in split2 and "STREAM_K" not in split2
+    assert kernel_defines(_config())["PARTIAL_TILES"] == 0
+
+
+@pytest.mark.parametrize(
+    ("knobs", "shape", "expected"),
+    [
+        # 4096 x 4096 in 128 x 256 tiles, clusters of two: 256 cluster tiles, 66 slots: four rounds, the last
+        # 58/66 full. Stream-K off: 64 clusters (the fewest that still take four rounds) and nothing cut.
+        ({}, (4096, 4096, 4096), (128, (0, 0))),
+        # Stream-K 1: the 58 tiles of the partial round cut over all 66 slots, 64 k-tiles each.
+        ({"STREAM_K": 1}, (4096, 4096, 4096), (132, (58, 66))),
+        # Stream-K 2: the partial round and the full one before it.
+        ({"STREAM_K": 2}, (4096, 4096, 4096), (132, (124, 66))),
+        # Every round full (132 tiles on 132 slots): stream-K cuts nothing and the grid stays balanced.
+        ({"STREAM_K": 1, "CLUSTER_M": 1, "block_n": 128}, (128 * 33, 512, 64), (132, (0, 0))),
+        # Split-K 3 on 16 tiles: every tile cut, 48 workers on 48 CTAs.
+        ({"SPLIT_K": 3, "CLUSTER_M": 1}, (256, 2048, 4096), (48, (16, 48))),
+        # A short K limits stream-K's workers: 10 tiles of 2 k-tiles, runs of at least 4: 5 workers.
+        ({"STREAM_K": 1, "CLUSTER_M": 1, "block_n": 128}, (128, 1280, 128), (132, (10, 5))),
+    ],
+)
+def test_the_grid_and_the_schedule_of_cut_tiles(monkeypatch, knobs, shape, expected):
+    monkeypatch.setattr(plan, "device_limits", lambda device: H200)
+    monkeypatch.setattr(plan, "max_active_clusters", lambda function, size, threads, smem: 132 // size)
+    m, n, k = shape
+    assert persistent_grid(0, m, n, k, _config(**knobs), 0, 384, 0) == expected
 
 
 # ---- the config a call gets ------------------------------------------------------------------------------------
@@ -567,7 +613,7 @@ def test_a_calls_values_land_in_the_kernels_parameter_buffer(monkeypatch, rng, c
     parameters = kernel_parameters(c_by_pointer)
     map_bytes = np.frombuffer(bytes(128), dtype=np.dtype((np.void, 128)))[0]
     initial = {"map": map_bytes, "ptr": np.uint64(0xDEAD0), "f32": np.float32(-3.0)}  # what a call must overwrite
-    shape = {"m": 6, "n": 10, "k": 16, "ldc": 24}
+    shape = {"m": 6, "n": 10, "k": 16, "ldc": 24, "sk_tiles": 0, "sk_workers": 0}  # no tile cut along K
     fixed = {**shape, "partials": 0, "counters": 0}  # written once by the plan: no split-K, null scratch
     args = [np.int32(shape[name]) if name in shape else np.uint64(0) if name in fixed else initial[kind]
             for name, kind in parameters]  # fmt: skip
@@ -586,3 +632,12 @@ def test_a_calls_values_land_in_the_kernels_parameter_buffer(monkeypatch, rng, c
     for (name, kind), address in zip(parameters, list(args_seen[-2]), strict=True):
         assert read[kind](address) == pytest.approx(expected[name]), name
     assert args_seen[-3].value == 7  # the framework's current stream
+
+
+def test_a_cut_too_large_for_the_kernels_32_bit_arithmetic_is_refused(monkeypatch):
+    """The kernel finds a k-tile's worker as (i + 1) x workers / k-tiles in 32 bits: 1024 x 64 tiles of
+    1024 k-tiles split 16 ways would overflow it, so the plan refuses the split by name."""
+    monkeypatch.setattr(plan, "device_limits", lambda device: H200)
+    with pytest.raises(ValueError, match="SPLIT_K cuts 65536 tiles of 1024 k-tiles into 1048576 parts"):
+        persistent_grid(0, 131072, 16384, 65536, _config(SPLIT_K=16, CLUSTER_M=1), 0, 384, 0)
+    persistent_grid(0, 4096, 4096, 65536, _config(SPLIT_K=2, CLUSTER_M=1), 0, 384, 0)  # 512 tiles: inside

@@ -12,6 +12,7 @@ import cupy
 
 from deepgemm import jit
 from deepgemm.dtypes import dtype_defines, input_dtype
+from deepgemm.plan import kernel_defines
 
 STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
 
@@ -75,4 +76,6 @@ def compile_report(
 
 def default_defines(stage: str, dtype_name: str = "fp16") -> dict[str, int]:
     """The defines the stage's launcher compiles its default config with, for one input dtype."""
-    return {**load(stage).DEFAULTS.defines(), **dtype_defines(input_dtype(dtype_name))}
+    defaults = load(stage).DEFAULTS
+    knobs = kernel_defines(defaults) if stage_name(stage) == LIBRARY else defaults.defines()
+    return {**knobs, **dtype_defines(input_dtype(dtype_name))}

@@ -5,17 +5,23 @@
 //   [5] either operand in either layout (A_MN_MAJOR, B_MN_MAJOR): an operand stored with M (or N)
 //       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
 //       transpose bit tells the tensor cores it is MN-major; no copy on the host.
-//   [6] split-K (SPLIT_K > 1), for problems with too few tiles to fill the GPU: every tile is computed
-//       once per slice of K; each warp writes its slice's fp32 partial and counts itself in, and the
-//       warp that arrives last adds all slices in index order and runs the epilogue: one kernel, and a
-//       result that is the same from run to run whichever slice finished last.
-//   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N 64, 128, 192
-//       or 256 (wgmma m64nNk16), with the pipeline depth, cluster and split-K the library call picks per
-//       problem (an autotune table, else a cost model); any output type (OUT_DTYPE) and four activations.
-//   [8] swap AB (SWAP_AB 1), for a few rows of C: the plan passes b's (N, K) as A and a's (M, K) as B, so
-//       the kernel computes C^T and M becomes wgmma's N (BLOCK_N 16 or 32 instead of 64 padded rows);
-//       the epilogue writes each value to C transposed, straight from registers.
-//   [9] clusters along N too (CLUSTER_N 2): CTAs on neighbouring tile columns share A, each loading a part.
+//   [6] tiles cut along K (PARTIAL_TILES 1), where whole tiles leave SMs idle: stream-K (the last,
+//       partial round of tiles cut into equal runs of k-tiles, one per persistent worker, so every SM
+//       does the same work) and split-K (every tile cut into equal slices), one tile scheduler for both.
+//       Each warp writes its part's fp32 partial and counts itself in; the warp that arrives last adds
+//       all parts in worker order and runs the epilogue: one kernel, and a result that is the same from
+//       run to run whichever part finished last.
+//   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N any multiple
+//       of 16 up to 256 (8 when swapped: wgmma m64nNk16 takes every multiple of 8), so that the last tile
+//       is nearly full, with the pipeline depth, cluster and split the library call picks per problem
+//       (an autotune table, else a cost model); any output type (OUT_DTYPE) and four activations.
+//   [8] swap AB (SWAP_AB 1), for the token dimension as wgmma's N: the plan passes b's (N, K) as A and
+//       a's (M, K) as B, so the kernel computes C^T and C's M rows are tiled in steps of 8 (777 rows are
+//       4 x 200, not 7 x 128); the epilogue writes each value to C transposed, straight from registers.
+//   [9] clusters of up to 4 along either side (CLUSTER_M, CLUSTER_N; 8 CTAs at most): CTAs on
+//       neighbouring tile columns share A, those on neighbouring tile rows B, each loading a part.
+//  [10] programmatic dependent launch: the prologue (barriers, tensor maps) overlaps the end of the kernel
+//       before it in the stream, where the plan launches with the attribute.
 // v5's ablation switches (WGMMA_IN_FLIGHT, TMA_STORE) and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
@@ -70,7 +76,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #define BLOCK_M 128    // consumer warpgroups x the 64 rows of one wgmma m64; [7] 64 or 128
 #endif
 #ifndef BLOCK_N
-#define BLOCK_N 256    // the N of wgmma m64nNk16: N / 2 fp32 accumulators per consumer thread; [7] 64 to 256
+#define BLOCK_N 256    // the N of wgmma m64nNk16: N / 2 fp32 accumulators per consumer thread; [7] 16 to 256
 #endif
 #ifndef BLOCK_K
 #define BLOCK_K 64     // 64 fp16 = 128 bytes: exactly one 128B-swizzle row; 4 wgmma k16 steps
@@ -93,8 +99,8 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef B_MN_MAJOR
 #define B_MN_MAJOR 0   // [5] 1: B is stored K x N with N contiguous (a row-major (K, N)); 0: N x K, K contiguous
 #endif
-#ifndef SPLIT_K
-#define SPLIT_K 1      // [6] slices of K per tile; > 1 adds fp32 partials through global memory
+#ifndef PARTIAL_TILES
+#define PARTIAL_TILES 0  // [6] 1: the plan may cut tiles along K (stream-K, split-K): fp32 partials and a sum
 #endif
 #ifndef SWAP_AB
 #define SWAP_AB 0      // [8] 1: A is b's (N, K), B is a's (M, K); C^T is computed and stored transposed
@@ -131,18 +137,23 @@ constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue
 // of columns (64 fp16/bf16 or 32 fp32), the 128B swizzle span, through two buffers of its own: it fills
 // one while the TMA unit is still reading the other. In the 128B-swizzled layout the 8 rows that one
 // fragment store touches land in 8 different 16-byte bank groups, so the stores are conflict-free.
+// [7] A BLOCK_N that is not whole 128-byte chunks is stored in 64- or 32-byte ones, with the TMA swizzle
+// of that span (the plan encodes C's map from LAUNCH_STORE_COLS: span = columns x element size).
 constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
-constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
+constexpr int EPI_ROW_BYTES = (BLOCK_N * (int)sizeof(out_t)) % 128 == 0 ? 128
+                            : (BLOCK_N * (int)sizeof(out_t)) % 64 == 0 ? 64 : 32;  // one chunk's row, the swizzle span
+constexpr int EPI_BOX_BYTES = EPI_ROWS * EPI_ROW_BYTES;             // 2 KB (128-byte rows): one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
 constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
-constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
+constexpr int EPI_CHUNK_COLS = EPI_ROW_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32) for 128 bytes
 
 static_assert(BLOCK_M == 64 || BLOCK_M == 128, "[7] one or two consumer warpgroups of 64 rows");
-static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 CTAs per side");
+static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
+              && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
-static_assert((BLOCK_N % 64 == 0 || (SWAP_AB && (BLOCK_N == 16 || BLOCK_N == 32))) && BLOCK_N <= 256,
-              "[7] wgmma m64nNk16, N = BLOCK_N, in whole 64-column store chunks; [8] 16 or 32 rows of C when swapped");
+static_assert(BLOCK_N % (SWAP_AB ? 8 : 16) == 0 && BLOCK_N <= 256,
+              "[7] wgmma m64nNk16, N = BLOCK_N, stored 16 columns per stmatrix; [8] swapped, any 8 rows of C");
 static_assert(BLOCK_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES && BOX_K == BLOCK_K,
               "one 128-byte swizzled box per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
@@ -211,6 +222,24 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned pari
             "}\n"
             : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
     } while (!done);
+}
+
+// [10] Programmatic dependent launch. Launched with the attribute, this kernel may start while the one before
+// it in the stream is still running: griddepcontrol.wait holds a thread until that kernel has finished and
+// its writes are visible (without the attribute it returns at once), and launch_dependents lets the next
+// kernel start its own prologue on the SMs this one frees, instead of waiting for the whole grid to end.
+__device__ __forceinline__ void griddepcontrol_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void griddepcontrol_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Brings a tensor map (a __grid_constant__ parameter, by its generic address) into the cache the TMA unit
+// reads maps from, so that the first copy does not wait for its 128 bytes.
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
 
 // A box of the tensor map at element coordinates (k, row) -> shared memory at dst; completes on bar.
@@ -315,6 +344,14 @@ __device__ __forceinline__ void bulk_wait_group() {
     asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
 }
 
+// [7] Where byte `offset` of a store box (rows of EPI_ROW_BYTES) lies as the TMA swizzle of that span lays it
+// out: the 16-byte group (address bits 4 up) XOR the 128-byte line (bits 7 up), over as many bits as a row
+// has groups; with 128-byte rows, group g of row r at g ^ (r % 8). The 8 rows one stmatrix matrix writes
+// then fall in 8 different bank groups for every span, so the stores are conflict-free.
+__device__ __forceinline__ unsigned epi_swizzle(unsigned offset) {
+    return offset ^ (((offset >> 7) & (EPI_ROW_BYTES / 16 - 1)) << 4);
+}
+
 // Ordinary stores to shared memory are made visible to the async proxy (the TMA unit) that reads them next.
 __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -374,31 +411,86 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i]) :: "memory");
 }
 
-// wgmma's accumulator operands: "+f" constraints for d[i] .. d[i + 31], and their asm names %0 .. %127
-// in blocks of 32 (one block per 64 columns of N).
-#define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-                    "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WGMMA_D32(i) WGMMA_D8(i), WGMMA_D8(i + 8), WGMMA_D8(i + 16), WGMMA_D8(i + 24)
-#define WGMMA_REGS_0_7 "%0, %1, %2, %3, %4, %5, %6, %7"
-#define WGMMA_REGS_8_15 "%8, %9, %10, %11, %12, %13, %14, %15"
-#define WGMMA_REGS_0_31 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define WGMMA_REGS_32_63 \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WGMMA_REGS_64_95 \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define WGMMA_REGS_96_127 \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// [7] wgmma's accumulator operands, for every N from 8 to 256 in steps of 8 (4 more fp32 registers per
+// thread each step). Inline PTX names operands by number only (nvcc rejects %[name]), so each N has its
+// register list "%0, ..., %(N/2 - 1)" and its "+f" constraints d[0] .. d[N/2 - 1] built up 4 at a time.
+#define WGMMA_R4(a, b, c, e) "%" #a ", %" #b ", %" #c ", %" #e
+#define WGMMA_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WGMMA_REGS_8 WGMMA_R4(0, 1, 2, 3)
+#define WGMMA_REGS_16 WGMMA_REGS_8 ", " WGMMA_R4(4, 5, 6, 7)
+#define WGMMA_REGS_24 WGMMA_REGS_16 ", " WGMMA_R4(8, 9, 10, 11)
+#define WGMMA_REGS_32 WGMMA_REGS_24 ", " WGMMA_R4(12, 13, 14, 15)
+#define WGMMA_REGS_40 WGMMA_REGS_32 ", " WGMMA_R4(16, 17, 18, 19)
+#define WGMMA_REGS_48 WGMMA_REGS_40 ", " WGMMA_R4(20, 21, 22, 23)
+#define WGMMA_REGS_56 WGMMA_REGS_48 ", " WGMMA_R4(24, 25, 26, 27)
+#define WGMMA_REGS_64 WGMMA_REGS_56 ", " WGMMA_R4(28, 29, 30, 31)
+#define WGMMA_REGS_72 WGMMA_REGS_64 ", " WGMMA_R4(32, 33, 34, 35)
+#define WGMMA_REGS_80 WGMMA_REGS_72 ", " WGMMA_R4(36, 37, 38, 39)
+#define WGMMA_REGS_88 WGMMA_REGS_80 ", " WGMMA_R4(40, 41, 42, 43)
+#define WGMMA_REGS_96 WGMMA_REGS_88 ", " WGMMA_R4(44, 45, 46, 47)
+#define WGMMA_REGS_104 WGMMA_REGS_96 ", " WGMMA_R4(48, 49, 50, 51)
+#define WGMMA_REGS_112 WGMMA_REGS_104 ", " WGMMA_R4(52, 53, 54, 55)
+#define WGMMA_REGS_120 WGMMA_REGS_112 ", " WGMMA_R4(56, 57, 58, 59)
+#define WGMMA_REGS_128 WGMMA_REGS_120 ", " WGMMA_R4(60, 61, 62, 63)
+#define WGMMA_REGS_136 WGMMA_REGS_128 ", " WGMMA_R4(64, 65, 66, 67)
+#define WGMMA_REGS_144 WGMMA_REGS_136 ", " WGMMA_R4(68, 69, 70, 71)
+#define WGMMA_REGS_152 WGMMA_REGS_144 ", " WGMMA_R4(72, 73, 74, 75)
+#define WGMMA_REGS_160 WGMMA_REGS_152 ", " WGMMA_R4(76, 77, 78, 79)
+#define WGMMA_REGS_168 WGMMA_REGS_160 ", " WGMMA_R4(80, 81, 82, 83)
+#define WGMMA_REGS_176 WGMMA_REGS_168 ", " WGMMA_R4(84, 85, 86, 87)
+#define WGMMA_REGS_184 WGMMA_REGS_176 ", " WGMMA_R4(88, 89, 90, 91)
+#define WGMMA_REGS_192 WGMMA_REGS_184 ", " WGMMA_R4(92, 93, 94, 95)
+#define WGMMA_REGS_200 WGMMA_REGS_192 ", " WGMMA_R4(96, 97, 98, 99)
+#define WGMMA_REGS_208 WGMMA_REGS_200 ", " WGMMA_R4(100, 101, 102, 103)
+#define WGMMA_REGS_216 WGMMA_REGS_208 ", " WGMMA_R4(104, 105, 106, 107)
+#define WGMMA_REGS_224 WGMMA_REGS_216 ", " WGMMA_R4(108, 109, 110, 111)
+#define WGMMA_REGS_232 WGMMA_REGS_224 ", " WGMMA_R4(112, 113, 114, 115)
+#define WGMMA_REGS_240 WGMMA_REGS_232 ", " WGMMA_R4(116, 117, 118, 119)
+#define WGMMA_REGS_248 WGMMA_REGS_240 ", " WGMMA_R4(120, 121, 122, 123)
+#define WGMMA_REGS_256 WGMMA_REGS_248 ", " WGMMA_R4(124, 125, 126, 127)
+#define WGMMA_ACC_8 WGMMA_D4(0)
+#define WGMMA_ACC_16 WGMMA_ACC_8, WGMMA_D4(4)
+#define WGMMA_ACC_24 WGMMA_ACC_16, WGMMA_D4(8)
+#define WGMMA_ACC_32 WGMMA_ACC_24, WGMMA_D4(12)
+#define WGMMA_ACC_40 WGMMA_ACC_32, WGMMA_D4(16)
+#define WGMMA_ACC_48 WGMMA_ACC_40, WGMMA_D4(20)
+#define WGMMA_ACC_56 WGMMA_ACC_48, WGMMA_D4(24)
+#define WGMMA_ACC_64 WGMMA_ACC_56, WGMMA_D4(28)
+#define WGMMA_ACC_72 WGMMA_ACC_64, WGMMA_D4(32)
+#define WGMMA_ACC_80 WGMMA_ACC_72, WGMMA_D4(36)
+#define WGMMA_ACC_88 WGMMA_ACC_80, WGMMA_D4(40)
+#define WGMMA_ACC_96 WGMMA_ACC_88, WGMMA_D4(44)
+#define WGMMA_ACC_104 WGMMA_ACC_96, WGMMA_D4(48)
+#define WGMMA_ACC_112 WGMMA_ACC_104, WGMMA_D4(52)
+#define WGMMA_ACC_120 WGMMA_ACC_112, WGMMA_D4(56)
+#define WGMMA_ACC_128 WGMMA_ACC_120, WGMMA_D4(60)
+#define WGMMA_ACC_136 WGMMA_ACC_128, WGMMA_D4(64)
+#define WGMMA_ACC_144 WGMMA_ACC_136, WGMMA_D4(68)
+#define WGMMA_ACC_152 WGMMA_ACC_144, WGMMA_D4(72)
+#define WGMMA_ACC_160 WGMMA_ACC_152, WGMMA_D4(76)
+#define WGMMA_ACC_168 WGMMA_ACC_160, WGMMA_D4(80)
+#define WGMMA_ACC_176 WGMMA_ACC_168, WGMMA_D4(84)
+#define WGMMA_ACC_184 WGMMA_ACC_176, WGMMA_D4(88)
+#define WGMMA_ACC_192 WGMMA_ACC_184, WGMMA_D4(92)
+#define WGMMA_ACC_200 WGMMA_ACC_192, WGMMA_D4(96)
+#define WGMMA_ACC_208 WGMMA_ACC_200, WGMMA_D4(100)
+#define WGMMA_ACC_216 WGMMA_ACC_208, WGMMA_D4(104)
+#define WGMMA_ACC_224 WGMMA_ACC_216, WGMMA_D4(108)
+#define WGMMA_ACC_232 WGMMA_ACC_224, WGMMA_D4(112)
+#define WGMMA_ACC_240 WGMMA_ACC_232, WGMMA_D4(116)
+#define WGMMA_ACC_248 WGMMA_ACC_240, WGMMA_D4(120)
+#define WGMMA_ACC_256 WGMMA_ACC_248, WGMMA_D4(124)
 // One wgmma of shape m64nNk16: the N / 2 accumulators, then the descriptors, scale-d and the transpose
 // bits, numbered on from the accumulators (%N/2 is desc_a).
 #define WGMMA_ASM(SHAPE, REGS, A, B, D, TA, TB)                                                          \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %" D ", 0;\n"                                                   \
     "wgmma.mma_async.sync.aligned." SHAPE ".f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "                   \
     "{" REGS "}, %" A ", %" B ", p, 1, 1, %" TA ", %" TB ";\n}\n"
+#define WGMMA_CASE(n, A, B, D, TA, TB)                                                                   \
+    if constexpr (N == n)                                                                                \
+        asm volatile(WGMMA_ASM("m64n" #n "k16", WGMMA_REGS_##n, #A, #B, #D, #TA, #TB)                    \
+                     : WGMMA_ACC_##n                                                                     \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 
 // D(64xN, fp32) += A(64x16) * B(16xN), A and B read from shared memory through their descriptors,
 // imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0. [5] TRANS_A / TRANS_B are imm-trans-a / -b:
@@ -407,40 +499,44 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
 //   d[4j+0] = D(16w + l/4,     8j + 2(l%4))     d[4j+1] = D(16w + l/4,     8j + 2(l%4) + 1)
 //   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
 // So a narrower N's fragment is the first part of a wider one's: the epilogue indexes them alike.
-// [7] N is BLOCK_N: 64, 128, 192 or 256 (wgmma allows any multiple of 8 up to 256; the epilogue stores
-// 64-column chunks); [8] 16 or 32 when swapped (the epilogue stores single values).
+// [7] N is BLOCK_N, any multiple of 8 up to 256 (wgmma's whole range): a tile as wide as the problem
+// needs, so that the last tile is nearly full.
 template <int N, int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc_a, unsigned long long desc_b,
                                                int scale_d) {
-    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
-                  "the instruction shapes this kernel issues");
-    if constexpr (N == 256) {
-        asm volatile(WGMMA_ASM("m64n256k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95
-                               ", " WGMMA_REGS_96_127, "128", "129", "130", "131", "132")
-                     : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64), WGMMA_D32(96)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    } else if constexpr (N == 192) {
-        asm volatile(WGMMA_ASM("m64n192k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63 ", " WGMMA_REGS_64_95,
-                               "96", "97", "98", "99", "100")
-                     : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    } else if constexpr (N == 128) {
-        asm volatile(WGMMA_ASM("m64n128k16", WGMMA_REGS_0_31 ", " WGMMA_REGS_32_63, "64", "65", "66", "67", "68")
-                     : WGMMA_D32(0), WGMMA_D32(32)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    } else if constexpr (N == 64) {
-        asm volatile(WGMMA_ASM("m64n64k16", WGMMA_REGS_0_31, "32", "33", "34", "35", "36")
-                     : WGMMA_D32(0)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    } else if constexpr (N == 32) {  // [8]
-        asm volatile(WGMMA_ASM("m64n32k16", WGMMA_REGS_0_7 ", " WGMMA_REGS_8_15, "16", "17", "18", "19", "20")
-                     : WGMMA_D8(0), WGMMA_D8(8)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    } else {  // [8] N == 16
-        asm volatile(WGMMA_ASM("m64n16k16", WGMMA_REGS_0_7, "8", "9", "10", "11", "12")
-                     : WGMMA_D8(0)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    }
+    static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma m64nNk16 takes N = 8, 16, ... 256");
+    WGMMA_CASE(8, 4, 5, 6, 7, 8)
+    else WGMMA_CASE(16, 8, 9, 10, 11, 12)
+    else WGMMA_CASE(24, 12, 13, 14, 15, 16)
+    else WGMMA_CASE(32, 16, 17, 18, 19, 20)
+    else WGMMA_CASE(40, 20, 21, 22, 23, 24)
+    else WGMMA_CASE(48, 24, 25, 26, 27, 28)
+    else WGMMA_CASE(56, 28, 29, 30, 31, 32)
+    else WGMMA_CASE(64, 32, 33, 34, 35, 36)
+    else WGMMA_CASE(72, 36, 37, 38, 39, 40)
+    else WGMMA_CASE(80, 40, 41, 42, 43, 44)
+    else WGMMA_CASE(88, 44, 45, 46, 47, 48)
+    else WGMMA_CASE(96, 48, 49, 50, 51, 52)
+    else WGMMA_CASE(104, 52, 53, 54, 55, 56)
+    else WGMMA_CASE(112, 56, 57, 58, 59, 60)
+    else WGMMA_CASE(120, 60, 61, 62, 63, 64)
+    else WGMMA_CASE(128, 64, 65, 66, 67, 68)
+    else WGMMA_CASE(136, 68, 69, 70, 71, 72)
+    else WGMMA_CASE(144, 72, 73, 74, 75, 76)
+    else WGMMA_CASE(152, 76, 77, 78, 79, 80)
+    else WGMMA_CASE(160, 80, 81, 82, 83, 84)
+    else WGMMA_CASE(168, 84, 85, 86, 87, 88)
+    else WGMMA_CASE(176, 88, 89, 90, 91, 92)
+    else WGMMA_CASE(184, 92, 93, 94, 95, 96)
+    else WGMMA_CASE(192, 96, 97, 98, 99, 100)
+    else WGMMA_CASE(200, 100, 101, 102, 103, 104)
+    else WGMMA_CASE(208, 104, 105, 106, 107, 108)
+    else WGMMA_CASE(216, 108, 109, 110, 111, 112)
+    else WGMMA_CASE(224, 112, 113, 114, 115, 116)
+    else WGMMA_CASE(232, 116, 117, 118, 119, 120)
+    else WGMMA_CASE(240, 120, 121, 122, 123, 124)
+    else WGMMA_CASE(248, 124, 125, 126, 127, 128)
+    else WGMMA_CASE(256, 128, 129, 130, 131, 132)
 }
 
 // Gives this warpgroup's spare registers back to the CTA's pool (all 4 warps execute it).
@@ -475,17 +571,83 @@ __device__ __forceinline__ void grouped_tile(int tile_idx, int tiles_m, int tile
     }
 }
 
-// [6] A work unit: cluster tile `tile`, its k-tiles [k_begin, k_end) and the slice of K they are. Unit u
-// is slice u / num_tiles of cluster tile u % num_tiles; the slices split k_tiles as evenly as integers
-// allow, none empty while k_tiles >= SPLIT_K (the plan's check). Without split-K a unit is a tile.
-struct WorkUnit { int tile, k_begin, k_end, slice; };
-__device__ __forceinline__ WorkUnit work_unit(int u, int num_tiles, int k_tiles) {
-#if SPLIT_K > 1
-    const int slice = u / num_tiles;
-    return {u % num_tiles, slice * k_tiles / SPLIT_K, (slice + 1) * k_tiles / SPLIT_K, slice};
-#else
-    return {u, 0, k_tiles, 0};
-#endif
+// [6] The tile scheduler. The cluster tiles' k-tiles are laid end to end, tile t's at t * k_tiles ..
+// (t + 1) * k_tiles - 1. Work unit u < dp_tiles is tile u, whole. Unit dp_tiles + w is worker w of the cut
+// part: the last sk_tiles tiles' k-tiles (sk_iters of them) split into sk_workers runs as equal as integers
+// allow, worker w's run [w * sk_iters / sk_workers, (w + 1) * sk_iters / sk_workers) (the plan's schedule:
+// for stream-K the partial last round, for split-K every tile, SPLIT_K runs each). A run may cross from one
+// tile into the next; its piece inside one tile is a Segment, and the workers whose runs cover a tile are
+// its parts, first to last.
+struct Schedule {
+    int k_tiles, dp_tiles, sk_workers, sk_iters;
+    __device__ __forceinline__ int units() const { return dp_tiles + sk_workers; }
+    // Where worker w's run starts, in k-tiles of the cut part. 32-bit arithmetic (the plan keeps sk_iters x
+    // sk_workers under 2^31): a 64-bit division is a call, and values live across a call leave the uniform
+    // registers, the main loop's descriptors among them.
+    __device__ __forceinline__ int run_begin(int w) const {
+        return (int)((unsigned)w * (unsigned)sk_iters / (unsigned)sk_workers);
+    }
+    // The worker whose run holds k-tile i of the cut part (deepgemm.model.worker_of_k_tile).
+    __device__ __forceinline__ int worker_of(int i) const {
+        return (int)(((unsigned)(i + 1) * (unsigned)sk_workers + (unsigned)sk_iters - 1u) / (unsigned)sk_iters) - 1;
+    }
+};
+struct Segment { int tile, k_begin, k_end; };  // cluster tile `tile`, its k-tiles [k_begin, k_end)
+
+// Unit u's k-tiles, [begin, end) in the whole sequence.
+__device__ __forceinline__ void unit_range(const Schedule& s, int u, int& begin, int& end) {
+    if (!PARTIAL_TILES || u < s.dp_tiles) {
+        begin = u * s.k_tiles;
+        end = begin + s.k_tiles;
+    } else {
+        const int base = s.dp_tiles * s.k_tiles, w = u - s.dp_tiles;
+        begin = base + s.run_begin(w);
+        end = base + s.run_begin(w + 1);
+    }
+}
+
+// The piece of a unit's range [i, end) that starts at k-tile i and stays inside one tile.
+__device__ __forceinline__ Segment segment_at(const Schedule& s, int i, int end) {
+    const int tile = i / s.k_tiles, tile_begin = tile * s.k_tiles;
+    return {tile, i - tile_begin, min(end - tile_begin, s.k_tiles)};
+}
+
+// Both roles walk this cluster's segments in the same order, unit after unit (c, c + num_clusters, ...),
+// piece after piece, so their stage/phase counters stay in step. Only what the next step needs is kept
+// (the consumers' 128 accumulators leave few registers): the unit, the end of its range, the segment.
+struct SegmentWalk {
+    Schedule s;
+    int u, step, end;
+    Segment seg;
+    __device__ __forceinline__ SegmentWalk(const Schedule& sched, int first_unit, int unit_step)
+        : s(sched), u(first_unit), step(unit_step) { enter_unit(); }
+    __device__ __forceinline__ bool valid() const { return u < s.units(); }
+    __device__ __forceinline__ void next() {
+        const int i = seg.tile * s.k_tiles + seg.k_end;  // where this segment ended
+        if (PARTIAL_TILES && i < end) {
+            seg = segment_at(s, i, end);
+        } else {
+            u += step;
+            enter_unit();
+        }
+    }
+    __device__ __forceinline__ void enter_unit() {
+        for (; u < s.units(); u += step) {  // a run of no k-tiles (more workers than k-tiles) is skipped
+            int i;
+            unit_range(s, u, i, end);
+            if (i < end) {
+                seg = segment_at(s, i, end);
+                return;
+            }
+        }
+    }
+};
+
+// [6] The parts of a cut tile: the workers whose runs cover it, first to last (first == last: one worker
+// ran it whole, and nothing needs adding).
+__device__ __forceinline__ void cut_parts(const Schedule& s, int cut_tile, int& first, int& last) {
+    first = s.worker_of(cut_tile * s.k_tiles);
+    last = s.worker_of(cut_tile * s.k_tiles + s.k_tiles - 1);
 }
 
 // [2] Hands a stage back to the producers: one arrival per consumer warp on the stage's empty barrier in
@@ -502,37 +664,42 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 #endif
 }
 
-// [6] Split-K without a second kernel. A consumer warp owns a strip of 16 rows of its tile; per slice
-// it writes the strip's fp32 partial to `partials` in the accumulator fragment's own order (pair p of
-// lane l at float2 index p * 32 + l, so each store instruction covers 256 contiguous bytes), skipping rows
-// past M, then counts itself in on the strip's counter. The warp that counts SPLIT_K has every partial
-// in global memory: it adds them in slice order, its own read back like the others, so the sum rounds
-// the same way whichever slice finished last, and returns true to run the epilogue. It also puts the
-// counter back to 0 for the next launch. The other warps return false and go on to their next unit:
-// nobody waits. `rows` is how many of the strip's rows are inside C.
+// [6] A tile cut between workers, summed without a second kernel. A consumer warp owns a strip of 16 rows
+// of its tile (STRIPS_PER_TILE strips per cluster tile); for each part it writes the strip's fp32 partial
+// to the part's slot, worker + cut tile index (distinct for every part of every cut tile: a later worker
+// starts after an earlier one, a later tile after an earlier one), in the accumulator fragment's own order
+// (pair p of lane l at float2 index p * 32 + l, so each store instruction covers 256 contiguous bytes),
+// skipping rows past M, then counts itself in on the strip's counter. The warp that brings the count to the
+// number of parts has every partial in global memory: it adds them in worker order, its own read back like
+// the others, so the sum rounds the same way whichever part finished last, and returns true to run the
+// epilogue. It also puts the counter back to 0 for the next launch. The other warps return false and go
+// on to their next segment: nobody waits. `rows` is how many of the strip's rows are inside C.
+constexpr int STRIPS_PER_TILE = CLUSTER_SIZE * NUM_CONSUMERS * 4;
 template <int N_ACC>
-__device__ __forceinline__ bool splitk_sum_if_last(float (&acc)[N_ACC], float* partials, unsigned* counters,
-                                                   int strip, int num_strips, int slice, int rows,
-                                                   int lane) {
+__device__ __forceinline__ bool partial_sum_if_last(float (&acc)[N_ACC], float* partials, unsigned* counters,
+                                                    int cut_tile, int worker, int first, int last, int strip,
+                                                    int rows, int lane) {
     constexpr int PAIRS = N_ACC / 2;  // pair p is row lane/4 (p even) or lane/4 + 8 (p odd) of the strip
+    constexpr long long SLOT_STRIDE = (long long)STRIPS_PER_TILE * PAIRS * 32;  // float2s per slot
     const bool row_lo = lane / 4 < rows, row_hi = lane / 4 + 8 < rows;
-    float2* const slice0 = reinterpret_cast<float2*>(partials) + ((long long)strip * PAIRS * 32 + lane);
-    const long long slice_stride = (long long)num_strips * PAIRS * 32;
-    float2* const mine = slice0 + slice * slice_stride;
+    float2* const slot0 = reinterpret_cast<float2*>(partials) + ((long long)cut_tile * SLOT_STRIDE +
+                                                                 (long long)strip * PAIRS * 32 + lane);
+    float2* const mine = slot0 + worker * SLOT_STRIDE;
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p)
         if (p % 2 ? row_hi : row_lo) __stcg(mine + p * 32, make_float2(acc[2 * p], acc[2 * p + 1]));
     __syncwarp();  // every lane's partial is written before lane 0 releases it with the count
+    unsigned* const counter = counters + cut_tile * STRIPS_PER_TILE + strip;
     unsigned arrived = 0;
-    if (lane == 0) arrived = atom_add_acq_rel_gpu(counters + strip, 1u);
-    if (__shfl_sync(0xffffffffu, arrived, 0) != SPLIT_K - 1) return false;
-    __syncwarp();  // lane 0's acquire before every lane's reads of the other slices
-    if (lane == 0) counters[strip] = 0u;
+    if (lane == 0) arrived = atom_add_acq_rel_gpu(counter, 1u);
+    if (__shfl_sync(0xffffffffu, arrived, 0) != (unsigned)(last - first)) return false;
+    __syncwarp();  // lane 0's acquire before every lane's reads of the other parts
+    if (lane == 0) *counter = 0u;
 #pragma unroll
     for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;
 #pragma unroll 1
-    for (int s = 0; s < SPLIT_K; ++s) {
-        const float2* const part = slice0 + s * slice_stride;
+    for (int w = first; w <= last; ++w) {
+        const float2* const part = slot0 + w * SLOT_STRIDE;
 #pragma unroll
         for (int p = 0; p < PAIRS; ++p) {
             if (p % 2 ? row_hi : row_lo) {
@@ -606,12 +773,13 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_M, as many clusters as
-// there are cluster tiles or as fit on the GPU at once (the plan asks the driver), each with
-// LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x EPI_CHUNK_COLS with the 128B swizzle.
-// bias may be nullptr when HAS_BIAS is 0. [6] With SPLIT_K > 1, partials holds SPLIT_K x (every CTA tile's
-// BLOCK_M x BLOCK_N) floats and counters one zero per 16-row strip of every CTA tile (the kernel leaves
-// them zero again); both may be nullptr otherwise.
+// The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_SIZE, as many clusters
+// as there are cluster tiles or as fit on the GPU at once (the plan asks the driver), each with
+// LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x
+// EPI_CHUNK_COLS with the swizzle of EPI_ROW_BYTES. bias may be nullptr when HAS_BIAS is 0. [6] The last
+// sk_tiles cluster tiles are cut into sk_workers runs of k-tiles (0 and 0: every tile whole); then partials
+// holds (sk_workers + sk_tiles) slots of STRIPS_PER_TILE x 16 x BLOCK_N floats and counters one zero per
+// strip of every cut tile (the kernel leaves them zero again); both may be nullptr otherwise.
 // ---------------------------------------------------------------------------------------------------
 
 #if C_BY_POINTER
@@ -619,12 +787,14 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 // ldc) to store C^T into, since no tensor map describes C transposed.
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b, out_t* __restrict__ c_out,
-            const float* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters)
+            const float* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters,
+            int sk_tiles, int sk_workers)
 #else
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
             const __grid_constant__ TmaDesc tma_c,
-            const float* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters)
+            const float* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters,
+            int sk_tiles, int sk_workers)
 #endif
 {
     // ---- prologue -----------------------------------------------------------------------------------
@@ -640,11 +810,14 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
     const int cluster_cols = (tiles_n + CLUSTER_N - 1) / CLUSTER_N;
     const int num_tiles = cluster_rows * cluster_cols;
-    // [1] Persistent tiles: cluster c takes cluster tiles c, c + num_clusters, c + 2 num_clusters ...
+    // [1] Persistent tiles: cluster c takes work units c, c + num_clusters, c + 2 num_clusters ...
     const int cluster_id = blockIdx.x / CLUSTER_SIZE, num_clusters = gridDim.x / CLUSTER_SIZE;
     const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
     const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
+    // [6] Whole tiles first, then the cut ones' workers.
+    const Schedule sched = {k_tiles, PARTIAL_TILES ? num_tiles - sk_tiles : num_tiles, PARTIAL_TILES ? sk_workers : 0,
+                            PARTIAL_TILES ? sk_tiles * k_tiles : 0};
     const int warpgroup = threadIdx.x / 128;
 
     // Stage s holds A at smem_base + s * STAGE_BYTES, then B; both 1024-aligned. TMA writes row r of a
@@ -667,6 +840,10 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #else
     __syncthreads();
 #endif
+    // [10] Up to here nothing read what the kernel before may still write (A, B, bias) or wrote what it may
+    // still read (C, the partials): from here on everything may.
+    griddepcontrol_wait();
+    griddepcontrol_launch_dependents();
 
     // [1] Both roles walk the same tiles and the same k-tiles, so their stage/phase counters stay in step
     // across tiles without ever being reset.
@@ -680,12 +857,18 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const unsigned short row_mask = ((1u << CLUSTER_SIZE) - 1) / ((1u << CLUSTER_M) - 1) << rank_m;
         const unsigned short column_mask = ((1u << CLUSTER_M) - 1) << (CLUSTER_M * rank_n);
         if (threadIdx.x == 0) {
-            for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
-                const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
+            // The maps live in parameter space: fetch them into the TMA unit's cache before the first copy.
+            prefetch_tensormap(&tma_a);
+            prefetch_tensormap(&tma_b);
+#if !C_BY_POINTER
+            prefetch_tensormap(&tma_c);
+#endif
+            for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {
+                const Segment& seg = walk.seg;
                 int cluster_m, cluster_n;
-                grouped_tile(unit.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
+                grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
                 const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
-                for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
+                for (int k_tile = seg.k_begin; k_tile < seg.k_end; ++k_tile) {
                     // Wait until the consumers of every CTA in the cluster (this producer's part of B
                     // lands in all of them) have released this stage's previous contents. On the
                     // first pass the wait is for parity 1, the phase "before" a fresh barrier, which
@@ -742,15 +925,15 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             empty_bar0[i] = CLUSTER_SIZE > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender) : smem_addr(&empty_bar[0]);
         }
 
-        for (int u = cluster_id; u < num_tiles * SPLIT_K; u += num_clusters) {
-            const WorkUnit unit = work_unit(u, num_tiles, k_tiles);
+        for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {
+            const Segment& seg = walk.seg;
             int cluster_m, cluster_n;
-            grouped_tile(unit.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
+            grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
             const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
 
             // ---- main loop over K -------------------------------------------------------------------
             int prev_stage = 0;  // the stage of the previous k-tile, released one k-tile late
-            for (int k_tile = unit.k_begin; k_tile < unit.k_end; ++k_tile) {
+            for (int k_tile = seg.k_begin; k_tile < seg.k_end; ++k_tile) {
                 mbarrier_wait_parity(full_bar0 + stage * 8, phase);
 
                 const unsigned long long stage_desc = (unsigned long long)(stage * (STAGE_BYTES / 16));
@@ -763,13 +946,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     // A tile's first step overwrites acc (scale-d 0) instead of adding.
                     const unsigned long long step_a = stage_desc + kk * A_K_STEP, step_b = stage_desc + kk * B_K_STEP;
                     wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + step_a, desc_b0 + step_b,
-                                                                     ((k_tile - unit.k_begin) | kk) != 0);
+                                                                     ((k_tile - seg.k_begin) | kk) != 0);
                 }
                 wgmma_commit_group();
                 // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
                 // its stage, which this warp releases.
                 wgmma_wait_group<1>();
-                if (lane == 0 && k_tile > unit.k_begin) release_stage(empty_bar0, prev_stage);
+                if (lane == 0 && k_tile > seg.k_begin) release_stage(empty_bar0, prev_stage);
 
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
@@ -779,17 +962,23 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             acc_register_fence(acc);
 
             // ---- [4] epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -------
-            // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (row r's 16-byte
-            // group g at r * 128 + ((g ^ r % 8) * 16), the layout the 128B-swizzled map expects), then
-            // one lane stores the box with TMA and the warp moves on without waiting for it.
+            // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (epi_swizzle: the
+            // layout the map's swizzle expects), then one lane stores the box with TMA and the warp moves
+            // on without waiting for it.
             const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
-#if SPLIT_K > 1
-            // [6] Left to the last slice of this strip to finish. A strip past M still counts in (with
-            // nothing to store): a branch around it costs the main loop its uniform-register descriptors.
-            const int strip = ((tile_m * cluster_cols * CLUSTER_N + tile_n) * NUM_CONSUMERS + consumer) * 4 + warp;
-            const int num_strips = cluster_rows * CLUSTER_M * cluster_cols * CLUSTER_N * NUM_CONSUMERS * 4;
-            if (!splitk_sum_if_last(acc, partials, counters, strip, num_strips, unit.slice, M - warp_row0, lane))
-                continue;
+#if PARTIAL_TILES
+            // [6] A cut tile is left to the last of its parts to finish, strip by strip. A strip past M still
+            // counts in (with nothing to store): a branch around it costs the main loop its uniform-register
+            // descriptors.
+            if (seg.tile >= sched.dp_tiles) {
+                const int cut_tile = seg.tile - sched.dp_tiles;
+                int first, last;
+                cut_parts(sched, cut_tile, first, last);
+                const int strip = (rank * NUM_CONSUMERS + consumer) * 4 + warp;
+                if (first != last && !partial_sum_if_last(acc, partials, counters, cut_tile, walk.u - sched.dp_tiles,
+                                                          first, last, strip, M - warp_row0, lane))
+                    continue;
+            }
 #endif
 #if SWAP_AB
             // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
@@ -845,7 +1034,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     }
                     const int row = lane % 8 + 8 * ((lane / 8) % 2);
                     const int group = jj + lane / 16;  // the 16-byte column group within the 128-byte row
-                    stmatrix_x4(box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16),
+                    stmatrix_x4(box + epi_swizzle(row * EPI_ROW_BYTES + group * 16),
                                 packed[0], packed[1], packed[2], packed[3]);
 #else
                     // fp32 output: each lane writes its column pairs as 8-byte stores.
@@ -854,7 +1043,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                         const int t = q / 2, h = q % 2;
                         const int row = lane / 4 + 8 * h;
                         const int byte = (8 * (jj + t) + 2 * (lane % 4)) * (int)sizeof(out_t);
-                        const unsigned dst = box + row * SWIZZLE_ROW_BYTES + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
+                        const unsigned dst = box + epi_swizzle(row * EPI_ROW_BYTES + byte);
                         st_shared_v2_f32(dst, epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
                                          epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
                     }
