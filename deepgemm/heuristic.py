@@ -1,42 +1,76 @@
 """Which configuration of the library kernel a problem gets: the autotune table's (`pick_config`), else the
 cost model's pick.
 
-One tile does not fit every shape. The default, 128 x 256 tiles in clusters of two, gives 4096^3 its 256
-cluster tiles in four full rounds on 132 SMs; at M = 128 and N = K = 4096 it makes 16 cluster tiles, so 32
-SMs work (half of them on rows past M) while 100 idle, and each of the 32 streams 64 k-tiles in a row.
+One tile does not fit every shape. 128 x 256 tiles give 4096^3 its 512 tiles in four rounds on 132 SMs;
+at M = 128 and N = K = 4096 they make 16 tiles, so 16 SMs work while 116 idle, each streaming 64 k-tiles
+in a row. At M = 777 the token dimension in 128-row tiles is 7 x 128 = 896 rows, 13% of them padding;
+swapped (below), the tokens are wgmma's N in steps of 8: 4 x 200 = 800 rows.
 
-The model (`estimate_us`) prices a configuration as a persistent kernel runs it:
+**The space** (`candidates`). The kernel computes A (M', K) times B (N', K)^T. Plain, M' is the problem's M
+(the tokens) and N' its N; swap AB computes C^T, so M' is N (the weight's rows) and N' is M, the tokens on
+wgmma's N. A CTA's tile is BLOCK_M (64 or 128 rows: one or two consumer warpgroups) by BLOCK_N (wgmma's N:
+plain, multiples of 16 up to 256; swapped, multiples of 8). Clusters of CLUSTER_M x CLUSTER_N CTAs (1, 2
+or 4 each, 8 at most) stack tiles along M', sharing the B tile by TMA multicast, and along N', sharing A;
+each CTA loads BLOCK_N / CLUSTER_M rows of B and BLOCK_M / CLUSTER_N of A, whole groups of 8 rows (of 64
+where that operand is MN-major). A cluster's tiles are a *cluster tile*; sm_count // (CLUSTER_M x
+CLUSTER_N) clusters fit at once (the *slots*). The schedule is data-parallel (a cluster tile per worker a
+round), split-K (every tile cut into SPLIT_K slices of K, each a unit of work), or stream-K
+(`model.stream_k_schedule`: STREAM_K 1 cuts the last, partial round of tiles along K over every slot;
+STREAM_K 2 that round and the full one before it). Pipeline stages: as many as fit beside the epilogue's
+store boxes (`max_stages`).
 
-- **Rounds of work units.** A unit is a cluster tile, or with split-K one slice of K of it; the grid runs
-  `slots` units at once (one per SM, or per cluster of two), so the kernel takes ceil(units / slots)
-  rounds, each as long as one unit. This is where waves and the last wave's utilisation come in: 288
-  cluster tiles on 66 clusters take 5 rounds, the last one 24/66 full.
-- **A unit's time** is its k-tiles times the longer of two per-k-tile costs, plus a small fixed one: the
-  wgmma, BLOCK_M x BLOCK_N x 64 multiply-adds at 4096 FLOP per clock per SM (the dense FP16 rate), and
-  the operand bytes TMA brings into the SM, (BLOCK_M + BLOCK_N / CLUSTER_M) x 128 bytes at
-  L2_BYTES_PER_CLOCK.
-  Narrow tiles re-read A for every column of tiles, so below 128 columns a k-tile is bound by its loads,
-  not its MMAs, and they pay the fixed cost more often per FLOP.
-- **HBM** bounds the whole: A, B and C each cross it once, at `HBM_GBS`. Small M is this case: at M = 1
-  the kernel only has to stream B (32 MB at N = K = 4096), and the model asks for enough units (split-K)
-  that every SM streams part of it.
-- **Fixed costs**: a launch, and for split-K the fp32 partials written and read back and the last slice's
-  sum before its epilogue, in the same kernel.
+The space is pruned to what can win:
 
-`candidates` lists the configurations considered: BLOCK_M 128 or 64 (one consumer warpgroup: half the
-rows of A per k-tile, for M <= 64), BLOCK_N 64 to 256, for M <= 32 swap AB (the tile's 64 or 128 rows over
-N, its 16 or 32 columns over M, priced as the swapped problem), clusters of two along M only where
-there is more than one round of tiles to share B across (DeepGEMM's rule: multicast only with more than one
-wave), split-K only while the tiles alone leave SMs idle, and as many pipeline stages as fit. The pick is
-the cheapest by the model; ties go to the larger tile. The autotune table (`tutorial.autotune`) replaces
-the model's guess with a measurement for every shape it holds.
+- **Tight tile widths.** For a dimension d in steps of g, the widths round_up(ceil(d / t), g) for t tiles
+  (the last tile nearly full), plus the widest. 777 tokens in steps of 8: 256, 200 (4 tiles), 160 (5),
+  136 (6), 112 (7), 104 (8), 88 (9), 80, 72, 64. A width below 64 only for a dimension below 64 (the
+  tokens of a decode step): for a wider one, wider tiles do the same work in fewer, fuller MMAs. BLOCK_M
+  64 only where 128-row tiles as wide as they come leave SMs idle.
+- **Clusters** no longer than the tiles they stack (a cluster of two on one row of tiles computes padding).
+- **Split-K** only while the tiles leave half the slots idle and the slices fit in one round (a second,
+  partial round is what stream-K evens out), each slice at least MIN_K_TILES_PER_WORKER k-tiles long;
+  **stream-K** only where the last round of tiles is partial.
+
+That leaves at most about 1,000 candidates (1 x 4096 x 4096: 210, 4096^3: 552, 777 x 4096 x 4096: 791);
+`choose` prices them in about 5 us each, 1 to 5 ms of pure Python (measured on the development machine),
+once per new shape: a plan is built once per call key.
+
+**The model** (`estimate_us`) prices a configuration as the persistent kernel runs it:
+
+- **The busiest worker's k-tiles.** Data-parallel, ceil(tiles / slots) rounds of a tile's k-tiles: 288
+  cluster tiles on 66 clusters take 5 rounds, the last one 24/66 full. Split-K: rounds of slices.
+  Stream-K: the whole rounds, then the cut tiles' k-tiles in equal runs, one per worker: 288 tiles of 64
+  k-tiles on 132 SMs take 2 rounds and 11.6 k-tiles of the last 24 tiles each, 139.6 instead of 192.
+- **A k-tile's time** is the longer of its wgmma, BLOCK_M x BLOCK_N x 64 multiply-adds at 4096 FLOP per
+  clock per SM (the dense FP16 rate), and the operand bytes TMA brings into the SM, (BLOCK_M / CLUSTER_N
+  + BLOCK_N / CLUSTER_M) x 128 at L2_BYTES_PER_CLOCK, plus a fixed K_TILE_OVERHEAD_CLOCKS (and
+  CLUSTER_SYNC_CLOCKS per CTA of a cluster past the first). Narrow tiles re-read the other operand for
+  every tile, so below about 128 a k-tile is bound by its loads, not its MMAs; multicast divides the bytes
+  a CTA fetches.
+- **The fix-up** of a tile cut along K: its partials, fp32 BLOCK_M x BLOCK_N blocks, written and read back,
+  2 x contributors x BLOCK_M x BLOCK_N x 4 bytes at PARTIAL_BYTES_PER_CLOCK for every cut tile a worker
+  takes part in, and FIXUP_US for the wait on the tile's turnstile and the sum.
+- **HBM** bounds the whole: A, B and C each cross it once, at HBM_GBS, or at SM_HBM_GBS per busy SM where
+  too few stream to reach it (an SM keeps only so many bytes in flight). Small M is this case: at M = 1
+  the kernel only has to stream B (32 MB at N = K = 4096), and the model wants enough workers (split-K,
+  stream-K, narrow tiles) that every SM streams part of it.
+- **L2** bounds the whole too: every CTA's operand bytes, each multicast counted once, at L2_GBS. This is
+  where a cluster pays in large problems: 128 x 256 tiles without one fetch 1.5 times the bytes.
+- **A launch**, LAUNCH_US.
+
+The pick is the cheapest; among equals, the one that computes fewer padded outputs, then keeps fewer SMs
+busy (they leave power to the others), then has the larger tile, then the smaller cluster, then one along
+M' (sharing B, the kernel's default, the way the record measured it) before one along N'. The autotune
+table (`tutorial.autotune`) replaces the model's guess with a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
-and four fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches three on the
-FP16 rows, the launch cost only scales every estimate). Among the candidates the record timed, the model's
-first choice is on average 1.6% slower than the fastest in FP16 and 1.0% in BF16; its estimates of those
-candidates are within 0.87 to 1.20 times the measured time for 80% of them (`model_accuracy`;
-`tests/test_heuristic.py` checks both against the record).
+and eight fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches seven, and
+sets the launch cost, which only shifts every estimate, to make the median estimate the measured time).
+That record timed the space before this one (BLOCK_N 64 to 256 in steps of 64, swap AB at M <= 32,
+clusters of one or two along M, split-K). Every timed candidate priced from its recorded config, the
+model's first choice among them is on average 1.1% slower than the fastest in FP16 and 0.6% in BF16 (at
+worst 9.8% and 8.2%); its estimates are within 0.86 to 1.15 times the measured time for 80% of the
+candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers against the record).
 """
 
 from __future__ import annotations
@@ -46,27 +80,63 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from deepgemm.config import ELEMENT_BYTES, GemmConfig
-from deepgemm.model import ceil_div
+from deepgemm.model import (
+    MIN_K_TILES_PER_WORKER,
+    ceil_div,
+    cluster_tiles,
+    round_up,
+    stream_k_schedule,
+)
 
-BLOCK_MS = (64, 128)  # one consumer warpgroup of 64 rows (listed first: it wins ties), or two
-BLOCK_K = 64
-BLOCK_NS = (256, 192, 128, 64)  # the wgmma N the kernel issues, widest first (ties go to the first)
-SWAP_BLOCK_NS = (16, 32)  # swapped: C's rows as wgmma's N (ties go to the narrower)
-MAX_STAGES = 16  # the deepest pipeline offered, however small the stages
+# ---- the kernel's space ------------------------------------------------------------------------------------
+BLOCK_K = 64  # one 128-byte swizzle row of 2-byte elements
+BLOCK_M_STEP = 64  # the rows of one consumer warpgroup's wgmma m64
+MAX_BLOCK_M = 128  # two consumer warpgroups
+BLOCK_N_STEP = {False: 16, True: 8}  # plain: the epilogue's store steps; swapped (C from registers): wgmma's 8
+MAX_BLOCK_N = 256  # wgmma's widest N
+NARROW_BLOCK_N = 64  # narrower only for a dimension narrower than this: else wider tiles do the same in fewer MMAs
+CLUSTER_SIDES = (1, 2, 4)  # CTAs along M' (sharing B) or N' (sharing A)
+MAX_CLUSTER = 8  # the portable cluster size on Hopper
+BOX_ROW_STEP = 8  # a CTA's share of a multicast tile: whole 8-row groups of the 128-byte swizzle
+MN_MAJOR_BOX_ROWS = 64  # an MN-major operand arrives in boxes 64 elements (128 bytes) wide
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
-MIN_K_TILES_PER_UNIT = 4  # a slice of K shorter than this cannot fill the pipeline it runs through
+STREAM_KS = (1, 2)  # stream-K over the partial round, or over it and the full round before it
 SMEM_BYTES = 227 * 1024  # what one CTA may use
-EPILOGUE_BYTES = 32 * 1024 + 1024  # the store boxes and alignment slack
-ALIGN_BYTES = 1024  # the alignment slack alone
+ALIGN_BYTES = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles: slack for aligning the first
+BARRIER_BYTES = 16  # per stage: its full and empty mbarriers
+EPILOGUE_BYTES_PER_WARPGROUP = 16 * 1024  # plain: each consumer's store boxes (swapped, C goes from registers)
+MAX_STAGES = 16  # the deepest pipeline offered, however small the stages
+
+# ---- the H200 ----------------------------------------------------------------------------------------------
 CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
 FLOP_PER_CLOCK = 4096  # dense FP16/BF16 per SM per clock
-L2_BYTES_PER_CLOCK = 56  # operand bytes TMA delivers into one SM per clock (fitted, see above)
-K_TILE_OVERHEAD_CLOCKS = 192  # per k-tile besides the MMAs: barrier hand-offs, wgmma issue, drain (fitted)
 HBM_GBS = 4000.0  # sustained HBM bandwidth, GB/s (4.8 TB/s on the datasheet)
-LAUNCH_US = 5.5  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
-SPLIT_SUM_US = 2.0  # split-K: the last slice reads every partial back before its epilogue (fitted)
+PARTIAL_BYTES = 4  # split-K and stream-K partials are fp32
+L2_BYTES_PER_CLOCK = 64  # operand bytes TMA delivers into one SM per clock (fitted)
+K_TILE_OVERHEAD_CLOCKS = 128  # per k-tile besides the MMAs: barrier hand-offs, wgmma issue, drain (fitted)
+CLUSTER_SYNC_CLOCKS = 0  # per k-tile and CTA of a cluster past the first: a multicast stage is refilled only
+# when every CTA it feeds has released it, so a cluster keeps its slowest CTA's pace (fitted, with 2 x 2
+# against 2 x 1 at 4096^3 and 8192^3 from lab/results/h200/v5_cluster_n.json)
+SM_HBM_GBS = 40.0  # what one SM's loads in flight stream from HBM: stages in flight over HBM's latency (fitted)
+L2_GBS = 9000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
+PARTIAL_BYTES_PER_CLOCK = 64  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
+FIXUP_US = 3.0  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
+LAUNCH_US = 2.5  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
+
+
+class Tiling(NamedTuple):
+    """A configuration as the model prices it: everything but the pipeline's depth (module docstring)."""
+
+    block_m: int
+    block_n: int
+    cluster_m: int = 1
+    cluster_n: int = 1
+    split_k: int = 1
+    stream_k: int = 0
+    swap_ab: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,9 +150,17 @@ class Choice:
     num_stages: int
     estimate_us: float
     swap_ab: bool = False
+    cluster_n: int = 1
+    stream_k: int = 0
+
+    def tiling(self) -> Tiling:
+        return Tiling(self.block_m, self.block_n, self.cluster_m, self.cluster_n, self.split_k, self.stream_k,
+                      self.swap_ab)  # fmt: skip
 
     def config(self) -> GemmConfig:
-        extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": 1, "SPLIT_K": self.split_k}
+        extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n, "SPLIT_K": self.split_k}
+        if self.stream_k:
+            extra["STREAM_K"] = self.stream_k
         if self.swap_ab:
             extra["SWAP_AB"] = 1
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
@@ -91,98 +169,270 @@ class Choice:
         return config_name(self.config())
 
 
-def config_name(cfg: GemmConfig) -> str:
-    """A config as a short label: 'n256 c2 s1 st4' (BLOCK_N, CLUSTER_M, SPLIT_K, NUM_STAGES), with 'm64 '
-    in front for BLOCK_M 64 and 'swap ' for swap AB."""
+def tiling_of(cfg: GemmConfig) -> Tiling:
+    """A config's knobs as the model reads them; a knob left out is the kernel's default of one."""
     extra = cfg.extra
-    front = ("swap " if extra.get("SWAP_AB") else "") + ("m64 " if cfg.block_m == 64 else "")
-    return f"{front}n{cfg.block_n} c{extra.get('CLUSTER_M', 1)} s{extra.get('SPLIT_K', 1)} st{cfg.num_stages}"
+    return Tiling(cfg.block_m or MAX_BLOCK_M, cfg.block_n, extra.get("CLUSTER_M", 1), extra.get("CLUSTER_N", 1),
+                  extra.get("SPLIT_K", 1), extra.get("STREAM_K", 0), bool(extra.get("SWAP_AB", 0)))  # fmt: skip
+
+
+def config_name(cfg: GemmConfig) -> str:
+    """A config as a short label: '[swap ][m64 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}] s{SPLIT_K}|sk{STREAM_K}
+    st{NUM_STAGES}', e.g. 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8' (CLUSTER_N only when above one)."""
+    t = tiling_of(cfg)
+    front = ("swap " if t.swap_ab else "") + ("m64 " if t.block_m == 64 else "")
+    cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "")
+    schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
+    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}"
+
+
+NAME = re.compile(r"(swap )?(m64 )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)")
+
+
+def config_from_name(name: str) -> GemmConfig:
+    """`config_name` read back: ValueError for a label it does not write."""
+    found = NAME.fullmatch(name)
+    if found is None:
+        raise ValueError(f"{name!r} is not a config name such as 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8'")
+    swap, m64, block_n, cluster_m, cluster_n, split, stream, stages = found.groups()
+    return config_from_fields({
+        "block_m": 64 if m64 else 128, "block_n": int(block_n), "num_stages": int(stages),
+        "CLUSTER_M": int(cluster_m), "CLUSTER_N": int(cluster_n or 1), "SPLIT_K": int(split or 1),
+        "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)),
+    })  # fmt: skip
 
 
 def max_stages(block_n: int, block_m: int = 128, swap_ab: bool = False) -> int:
-    """As many pipeline stages of a BLOCK_M x 64 A tile and a BLOCK_N x 64 B tile as fit beside the epilogue
-    (swapped, the epilogue stores from registers and takes no shared memory), MAX_STAGES at most."""
-    stage_bytes = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES
-    epilogue = ALIGN_BYTES if swap_ab else EPILOGUE_BYTES
-    return min(MAX_STAGES, (SMEM_BYTES - epilogue) // stage_bytes)
+    """As many pipeline stages of a BLOCK_M x 64 A tile, a BLOCK_N x 64 B tile and their two barriers as fit
+    beside the epilogue's store boxes (swapped, none) and the alignment slack; MAX_STAGES at most."""
+    stage = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES + BARRIER_BYTES
+    epilogue = 0 if swap_ab else block_m // BLOCK_M_STEP * EPILOGUE_BYTES_PER_WARPGROUP
+    return min(MAX_STAGES, (SMEM_BYTES - epilogue - ALIGN_BYTES) // stage)
 
 
-def estimate_us(
-    m: int, n: int, k: int, block_n: int, cluster_m: int, split_k: int, sm_count: int, block_m: int = 128
-) -> float:
+# ---- the model ---------------------------------------------------------------------------------------------
+
+
+def kernel_dims(m: int, n: int, swap_ab: bool) -> tuple[int, int]:
+    """The kernel's M' and N': the problem's M and N, or swapped, N and M."""
+    return (n, m) if swap_ab else (m, n)
+
+
+def slots(t: Tiling, sm_count: int) -> int:
+    """Clusters that fit on the GPU at once."""
+    return sm_count // (t.cluster_m * t.cluster_n)
+
+
+def tiles_of(m: int, n: int, t: Tiling) -> int:
+    """The cluster tiles that cover the kernel's M' x N'."""
+    return cluster_tiles(*kernel_dims(m, n, t.swap_ab), t.block_m, t.block_n, t.cluster_m, t.cluster_n)
+
+
+class Schedule(NamedTuple):
+    """How a persistent launch shares the work out: its cluster tiles, the clusters launched, the k-tiles
+    the busiest one runs, the tiles cut along K it takes part in, and the workers each is cut between."""
+
+    tiles: int
+    workers: int
+    k_tiles: int
+    cuts: int
+    contributors: int
+
+
+def schedule(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Schedule:
+    """Data-parallel, split-K or stream-K (module docstring)."""
+    tiles, free, k_tiles = tiles_of(m, n, t), slots(t, sm_count), ceil_div(k, BLOCK_K)
+    if t.stream_k:  # the grid is every slot; the cut tiles' k-tiles in equal runs, one per worker
+        sk_tiles, sk_workers = stream_k_schedule(tiles, free, k_tiles, rounds=t.stream_k)
+        whole = (tiles - sk_tiles) // free * k_tiles
+        if not sk_tiles:
+            return Schedule(tiles, free, whole, 0, 0)
+        shared = ceil_div(sk_tiles * k_tiles, sk_workers)
+        return Schedule(tiles, free, whole + shared, 1, ceil_div(sk_workers, sk_tiles) + 1)
+    units = tiles * t.split_k
+    rounds, cut = ceil_div(units, free), int(t.split_k > 1)
+    workers = ceil_div(units, rounds)  # `balanced_workers`: as few as take the same rounds
+    return Schedule(tiles, workers, rounds * ceil_div(k_tiles, t.split_k), rounds * cut, t.split_k * cut)
+
+
+def k_tile_clocks(t: Tiling) -> float:
+    """One k-tile of one CTA: the longer of its wgmma and its operand loads, the fixed overhead, and the
+    cluster's lockstep."""
+    mma = t.block_m * t.block_n * BLOCK_K * 2 / FLOP_PER_CLOCK
+    loaded_rows = t.block_m / t.cluster_n + t.block_n / t.cluster_m
+    loads = loaded_rows * BLOCK_K * ELEMENT_BYTES / L2_BYTES_PER_CLOCK
+    return max(mma, loads) + K_TILE_OVERHEAD_CLOCKS + CLUSTER_SYNC_CLOCKS * (t.cluster_m * t.cluster_n - 1)
+
+
+def l2_bytes(t: Tiling, tile_k_tiles: int) -> float:
+    """Operand bytes all CTAs fetch from L2 for `tile_k_tiles` k-tiles of cluster tiles: per cluster tile
+    and k-tile, CLUSTER_M tiles of A's rows and CLUSTER_N of B's, each fetched once and multicast."""
+    return tile_k_tiles * (t.cluster_m * t.block_m + t.cluster_n * t.block_n) * BLOCK_K * ELEMENT_BYTES
+
+
+class Price(NamedTuple):
+    """What the model says of a tiling, in the order the pick compares it: the estimate; among equals, the
+    outputs computed, padding included (fewer waste fewer MMAs), the SMs kept busy (fewer leave power to the
+    others), the tile's area, negated (the larger tile), and the cluster's CTAs (fewer to wait for)."""
+
+    estimate_us: float
+    computed: int
+    busy_sms: int
+    smaller_tile: int
+    cluster_ctas: int
+
+
+def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
+    """The model's time for one call (module docstring), and what breaks its ties."""
+    work = schedule(m, n, k, t, sm_count)
+    clock_mhz = CLOCK_GHZ * 1e3
+    loop_us = work.k_tiles * k_tile_clocks(t) / clock_mhz
+    size, area = t.cluster_m * t.cluster_n, t.block_m * t.block_n
+    busy = work.workers * size
+    hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
+    l2_us = l2_bytes(t, work.tiles * ceil_div(k, BLOCK_K)) / (L2_GBS * 1e3)
+    fixup_us = 0.0
+    if work.cuts:
+        partial_bytes = 2 * work.contributors * area * PARTIAL_BYTES
+        fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
+    estimate = max(loop_us, hbm_us, l2_us) + fixup_us + LAUNCH_US
+    return Price(estimate, work.tiles * size * area, busy, -area, size)
+
+
+def estimate_us(m: int, n: int, k: int, t: Tiling, sm_count: int) -> float:
     """The model's time for one call (module docstring)."""
-    tiles_m, tiles_n = ceil_div(m, block_m), ceil_div(n, block_n)
-    units = ceil_div(tiles_m, cluster_m) * tiles_n * split_k
-    slots = sm_count // cluster_m
-    k_tiles = ceil_div(ceil_div(k, BLOCK_K), split_k)
-    mma_clocks = block_m * block_n * BLOCK_K * 2 / FLOP_PER_CLOCK
-    load_clocks = (block_m + block_n / cluster_m) * BLOCK_K * ELEMENT_BYTES / L2_BYTES_PER_CLOCK
-    unit_us = k_tiles * (max(mma_clocks, load_clocks) + K_TILE_OVERHEAD_CLOCKS) / (CLOCK_GHZ * 1e3)
-    hbm_bytes = (m * k + n * k + m * n) * ELEMENT_BYTES
-    fixed = LAUNCH_US
-    if split_k > 1:
-        hbm_bytes += 2 * 4 * m * n * split_k  # fp32 partials written, then read back
-        fixed += SPLIT_SUM_US
-    return max(ceil_div(units, slots) * unit_us, hbm_bytes / (HBM_GBS * 1e3)) + fixed
+    return price(m, n, k, t, sm_count).estimate_us
+
+
+# ---- the candidates ----------------------------------------------------------------------------------------
+
+
+def tight_widths(d: int, step: int, narrowest: int, widest: int) -> list[int]:
+    """Tile widths for a dimension of d, widest first: round_up(ceil(d / t), step) for t tiles, within
+    [narrowest, widest] (each the narrowest that covers d in its t tiles), plus `widest` where d exceeds it.
+    A width w is one of them iff d in ceil(d / w) tiles rounds up to w."""
+    found = [w for w in range(widest, narrowest - 1, -step) if round_up(ceil_div(d, ceil_div(d, w)), step) == w]
+    return found if d <= widest or widest in found else [widest, *found]
+
+
+def block_ms(rows: int, columns: int, sm_count: int) -> list[int]:
+    """BLOCK_M for a kernel M' x N' of rows x columns: 128, and 64 (one consumer warpgroup, half the MMAs per
+    B tile loaded) where it is tight and 128-row tiles as wide as they come leave SMs idle."""
+    widths = tight_widths(rows, BLOCK_M_STEP, BLOCK_M_STEP, MAX_BLOCK_M)
+    few = ceil_div(rows, MAX_BLOCK_M) * ceil_div(columns, MAX_BLOCK_N) < sm_count
+    return widths if few or widths == [BLOCK_M_STEP] else [MAX_BLOCK_M]
+
+
+def block_ns(d: int, swap_ab: bool) -> list[int]:
+    """BLOCK_N for a kernel N' of d: the tight widths, below NARROW_BLOCK_N only where d is."""
+    step = BLOCK_N_STEP[swap_ab]
+    return tight_widths(d, step, step if d < NARROW_BLOCK_N else NARROW_BLOCK_N, MAX_BLOCK_N)
+
+
+def clusters(block_m: int, block_n: int, rows: int, columns: int) -> list[tuple[int, int]]:
+    """(CLUSTER_M, CLUSTER_N) whose shares of the tiles are whole 8-row groups, at most MAX_CLUSTER CTAs, no
+    longer than the `rows` x `columns` tiles they stack; along M' first (the order ties go by)."""
+    return [(cm, cn) for cn in CLUSTER_SIDES for cm in CLUSTER_SIDES
+            if cm * cn <= MAX_CLUSTER and cm <= rows and cn <= columns
+            and (block_n // cm) % BOX_ROW_STEP == 0 and (block_m // cn) % BOX_ROW_STEP == 0]  # fmt: skip
+
+
+def useful_splits(tiles: int, k: int, slots: int) -> list[int]:
+    """SPLIT_K worth weighing for `tiles` cluster tiles: 1, and where the tiles leave half the slots idle,
+    those of SPLITS, and the largest split, that keep the slices to one round (a second, partial round is
+    what stream-K evens out), each slice at least MIN_K_TILES_PER_WORKER k-tiles to fill its pipeline."""
+    most = min(slots // tiles, ceil_div(k, BLOCK_K) // MIN_K_TILES_PER_WORKER)
+    return [1, *sorted({s for s in SPLITS if 1 < s <= most} | ({most} if most > 1 else set()))]
+
+
+def useful_stream_ks(tiles: int, slots: int) -> list[int]:
+    """Stream-K only where the last round is partial; STREAM_K 2 only where a full round comes before it."""
+    if tiles % slots == 0:
+        return []
+    return [s for s in STREAM_KS if s == 1 or tiles > slots]
+
+
+def tilings(m: int, n: int, k: int, sm_count: int, swap_ab: bool) -> list[Tiling]:
+    """The space in one orientation (module docstring)."""
+    rows_of_m, columns_of_n = kernel_dims(m, n, swap_ab)
+    found = []
+    for block_m in block_ms(rows_of_m, columns_of_n, sm_count):
+        for block_n in block_ns(columns_of_n, swap_ab):
+            rows, columns = ceil_div(rows_of_m, block_m), ceil_div(columns_of_n, block_n)
+            for cm, cn in clusters(block_m, block_n, rows, columns):
+                tiles, free = ceil_div(rows, cm) * ceil_div(columns, cn), sm_count // (cm * cn)
+                found += [Tiling(block_m, block_n, cm, cn, split_k=s, swap_ab=swap_ab)
+                          for s in useful_splits(tiles, k, free)]  # fmt: skip
+                found += [Tiling(block_m, block_n, cm, cn, stream_k=s, swap_ab=swap_ab)
+                          for s in useful_stream_ks(tiles, free)]  # fmt: skip
+    return found
+
+
+def box_rows(t: Tiling) -> dict[str, int]:
+    """The rows of each of the caller's operands one CTA loads: the kernel's A is a (b swapped), BLOCK_M /
+    CLUSTER_N rows of it; its B is b (a swapped), BLOCK_N / CLUSTER_M rows."""
+    kernel_a, kernel_b = t.block_m // t.cluster_n, t.block_n // t.cluster_m
+    return {"a": kernel_b, "b": kernel_a} if t.swap_ab else {"a": kernel_a, "b": kernel_b}
+
+
+def tiling_fits(t: Tiling, b_mn_major: bool, a_mn_major: bool) -> bool:
+    """Whether each CTA's part of an MN-major operand is whole 64-wide boxes."""
+    if not (a_mn_major or b_mn_major):
+        return True
+    mn_major = {"a": a_mn_major, "b": b_mn_major}
+    return all(rows % MN_MAJOR_BOX_ROWS == 0 for operand, rows in box_rows(t).items() if mn_major[operand])
+
+
+def ranked(
+    m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False
+) -> list[tuple[Price, Tiling]]:
+    """The space for this problem and layout, each tiling with its price, cheapest first."""
+    found = [(price(m, n, k, t, sm_count), t) for swap in (False, True) for t in tilings(m, n, k, sm_count, swap)
+             if tiling_fits(t, b_mn_major, a_mn_major)]  # fmt: skip
+    found.sort(key=lambda pair: pair[0])  # stable: among exact equals, the one listed first
+    return found
 
 
 def candidates(
     m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False
 ) -> list[Choice]:
-    """Every configuration the heuristic weighs for this problem, cheapest first (module docstring)."""
-    found = [] if a_mn_major else swapped_candidates(m, n, k, sm_count)
-    for block_m in BLOCK_MS:
-        if block_m < 128 and m > block_m:
-            continue  # 64-row tiles only where they hold all of M: beyond, two consumers share each B tile
-        for block_n in BLOCK_NS:
-            tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
-            for cluster_m in (2, 1):
-                if cluster_m > 1 and (ceil_div(m, block_m) < 2 or tiles <= sm_count):
-                    continue  # nothing to share B with, or one round: multicast only pays across rounds
-                if b_mn_major and (block_n // cluster_m) % 64:
-                    continue  # an MN-major B arrives in 64-wide boxes: each CTA's part must be whole boxes
-                for split in useful_splits(tiles, k, sm_count):
-                    estimate = estimate_us(m, n, k, block_n, cluster_m, split, sm_count, block_m)
-                    found.append(Choice(block_m, block_n, cluster_m, split, max_stages(block_n, block_m), estimate))
-    return sorted(found, key=lambda c: c.estimate_us)  # stable: among equals the one listed first
+    """Every configuration the heuristic weighs for this problem, cheapest first: about 1,000 at most (module
+    docstring; `tests/test_heuristic.py` bounds the count)."""
+    return [priced(t, p.estimate_us) for p, t in ranked(m, n, k, sm_count, b_mn_major, a_mn_major)]
 
 
-def swapped_candidates(m: int, n: int, k: int, sm_count: int) -> list[Choice]:
-    """Swap AB for M <= 32: the swapped problem (N x M x K) in tiles of 64 or 128 rows of N and 16 or 32
-    columns of M (one column of tiles), without a cluster, with split-K while the tiles leave SMs idle."""
-    found = []
-    for block_n in (b for b in SWAP_BLOCK_NS if m <= b):
-        for block_m in (128, 64):
-            for split in useful_splits(ceil_div(n, block_m), k, sm_count):
-                estimate = estimate_us(n, m, k, block_n, 1, split, sm_count, block_m)
-                stages = max_stages(block_n, block_m, swap_ab=True)
-                found.append(Choice(block_m, block_n, 1, split, stages, estimate, swap_ab=True))
-    return found
-
-
-def useful_splits(tiles: int, k: int, sm_count: int) -> list[int]:
-    """SPLITS worth weighing for `tiles` tiles: 1, and more only while the tiles leave half the SMs idle and
-    each slice keeps MIN_K_TILES_PER_UNIT k-tiles to fill its pipeline."""
-    k_tiles = ceil_div(k, BLOCK_K)
-    return [s for s in SPLITS if s == 1 or (tiles * 2 <= sm_count and k_tiles >= s * MIN_K_TILES_PER_UNIT)]
+def priced(t: Tiling, estimate: float) -> Choice:
+    """A tiling with as many stages as fit, and its estimate."""
+    stages = max_stages(t.block_n, t.block_m, t.swap_ab)
+    return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k)
 
 
 def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[float]]:
     """Against autotune rows: per row, the measured time of the model's first choice among the timed
-    candidates over the fastest one's (its regret), and per timed candidate, estimate over measured time."""
+    candidates over the fastest one's (its regret), and per timed candidate, estimate over measured time.
+    Every timed candidate is priced from its recorded config, whether or not this space still offers it; a
+    row where none passed has no regret."""
     regrets, ratios = [], []
     for row in rows:
-        timed = {c["name"]: c["us"] for c in row["candidates"] if c["passed"]}
-        ranked = [c for c in candidates(row["m"], row["n"], row["k"], sm_count) if c.name() in timed]
-        regrets.append(timed[ranked[0].name()] / min(timed.values()))
-        ratios += [c.estimate_us / timed[c.name()] for c in ranked]
+        m, n, k = row["m"], row["n"], row["k"]
+        measured = []
+        for timed in (c for c in row["candidates"] if c["passed"]):
+            p = price(m, n, k, tiling_of(config_from_fields(timed["config"])), sm_count)
+            measured.append((p, timed["us"]))
+            ratios.append(p.estimate_us / timed["us"])
+        if measured:  # a row where nothing passed ranks nothing
+            first = min(measured, key=lambda pair: pair[0])  # the record's order among exact equals
+            regrets.append(first[1] / min(us for _, us in measured))
     return regrets, ratios
 
 
 def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False) -> Choice:
     """The model's pick for an M x N x K problem on `sm_count` SMs."""
-    return candidates(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
+    best, t = ranked(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
+    return priced(t, best.estimate_us)
 
+
+# ---- the table ---------------------------------------------------------------------------------------------
 
 TABLE_NAME = "autotune"
 TABLES_DIR = Path(__file__).resolve().parent / "kernels" / "tables"  # package data: tables/<gpu>/autotune.json
@@ -201,21 +451,26 @@ def table_path(gpu: str, root: Path | None = None) -> Path:
 
 
 def config_fields(cfg: GemmConfig) -> dict[str, int]:
-    """A config as the table stores it: its block_n, num_stages and the kernel's knobs that vary."""
-    extra = cfg.extra
+    """A config as the table stores it: its block_m, block_n, num_stages and the kernel's knobs that vary."""
+    t = tiling_of(cfg)
     return {
-        "block_m": cfg.block_m or 128,
-        "block_n": cfg.block_n,
+        "block_m": t.block_m,
+        "block_n": t.block_n,
         "num_stages": cfg.num_stages,
-        "CLUSTER_M": extra.get("CLUSTER_M", 1),
-        "CLUSTER_N": extra.get("CLUSTER_N", 1),
-        "SPLIT_K": extra.get("SPLIT_K", 1),
-        "SWAP_AB": extra.get("SWAP_AB", 0),
+        "CLUSTER_M": t.cluster_m,
+        "CLUSTER_N": t.cluster_n,
+        "SPLIT_K": t.split_k,
+        "STREAM_K": t.stream_k,
+        "SWAP_AB": int(t.swap_ab),
     }
 
 
 def config_from_fields(fields: dict[str, int]) -> GemmConfig:
-    extra = {name: int(fields[name]) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
+    """A table's fields as a config (STREAM_K and SWAP_AB only where set, so tables written before them read
+    as they were)."""
+    extra = {name: int(fields.get(name, 1)) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
+    if fields.get("STREAM_K"):
+        extra["STREAM_K"] = int(fields["STREAM_K"])
     if fields.get("SWAP_AB"):
         extra["SWAP_AB"] = 1
     block_m = int(fields.get("block_m", 128))
@@ -251,8 +506,6 @@ def pick_config(
 
 
 def layout_fits(cfg: GemmConfig, b_mn_major: bool, a_mn_major: bool) -> bool:
-    """Whether each CTA's part of an MN-major operand is whole 64-wide boxes: swapped, a arrives in BLOCK_N
-    rows (16 or 32, never whole boxes) and b in BLOCK_M; else b in BLOCK_N / CLUSTER_M."""
-    if cfg.extra.get("SWAP_AB"):
-        return not a_mn_major
-    return not (b_mn_major and (cfg.block_n // cfg.extra["CLUSTER_M"]) % 64)
+    """Whether each CTA's part of an MN-major operand is whole 64-wide boxes (`box_rows`): plain, a arrives
+    in BLOCK_M / CLUSTER_N rows and b in BLOCK_N / CLUSTER_M; swapped, the other way round."""
+    return tiling_fits(tiling_of(cfg), b_mn_major, a_mn_major)

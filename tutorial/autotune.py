@@ -1,8 +1,9 @@
 """The autotune table: the library kernel's best configurations per GPU, dtype and shape, and the run that
 measures them.
 
-`python -m tutorial autotune --shapes ... --dtype both --record` takes the cost model's cheapest candidates
-(`heuristic.candidates`) and the kernel's default for each shape, runs each through the library call
+`python -m tutorial autotune --shapes ... --dtype both --record` takes, for each shape, the cost model's
+cheapest candidates (`heuristic.candidates`), the best the model ranks in each family it might misjudge
+(`candidate_configs`) and the kernel's default, runs each through the library call
 (`deepgemm.gemm` with that config), verifies it against the float64 reference on NaN-poisoned output,
 times the ones that pass (`timing.device_us_per_call`: GPU time per call with the launch queue held full,
 so that the host's time per call does not hide the kernel's), and writes the record with every
@@ -32,7 +33,8 @@ from tutorial.bench import Workload
 from tutorial.check import verify
 from tutorial.timing import device_us_per_call
 
-CANDIDATES = 8  # the model's cheapest, timed; the kernel's default is timed besides
+CANDIDATES = 8  # the model's cheapest, timed
+MAX_CANDIDATES = 16  # with the families' best and the kernel's default: device time is scarce
 # One timing each can crown the wrong candidate among close ones (run-to-run spread is 1 to 3%): the
 # fastest few within FINAL_MARGIN of the best are timed FINAL_ROUNDS more times, in turn, and ranked by the
 # median of their timings.
@@ -40,11 +42,30 @@ FINALISTS, FINAL_MARGIN, FINAL_ROUNDS = 3, 1.03, 3
 TUNED_LAYOUT = ("mk", "nk")  # x (M, K) and a weight stored (N, K), as torch.nn.functional.linear has them
 
 
-def candidate_configs(m: int, n: int, k: int, sm_count: int, count: int = CANDIDATES) -> dict[str, GemmConfig]:
-    """The configurations autotune times: the model's `count` cheapest and the kernel's default, by name."""
+def family(choice: heuristic.Choice) -> tuple[bool, str, bool]:
+    """What the model may misjudge as a whole, so autotune times the best of each: the orientation (plain or
+    swap AB), the schedule (data-parallel, split-K, stream-K 1 or 2) and whether there is a cluster."""
+    schedule = f"stream-k {choice.stream_k}" if choice.stream_k else "split-k" if choice.split_k > 1 else "tiles"
+    return choice.swap_ab, schedule, choice.cluster_m * choice.cluster_n > 1
+
+
+def candidate_configs(
+    m: int, n: int, k: int, sm_count: int, count: int = CANDIDATES, most: int = MAX_CANDIDATES
+) -> dict[str, GemmConfig]:
+    """The configurations autotune times, by name: the model's `count` cheapest; then, for diversity, the
+    cheapest of each `family` not among them, cheapest first; and the kernel's default; `most` in all."""
+    ranked = heuristic.candidates(m, n, k, sm_count)
     default = GemmConfig().merged_over(DEFAULTS)
-    picked = [c.config() for c in heuristic.candidates(m, n, k, sm_count)[:count]]
-    return {config_name(cfg): cfg for cfg in [*picked, default]}
+    picked = {c.name(): c.config() for c in ranked[:count]}
+    room = most - (config_name(default) not in picked)
+    families = {family(c) for c in ranked[:count]}
+    for choice in ranked[count:]:
+        if len(picked) >= room:
+            break
+        if family(choice) not in families:
+            families.add(family(choice))
+            picked[choice.name()] = choice.config()
+    return {**picked, config_name(default): picked.get(config_name(default), default)}
 
 
 def tune_shape(
