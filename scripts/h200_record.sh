@@ -22,10 +22,10 @@
 #                                   bf16 or both)
 #   scripts/h200_record.sh shapes   the shape table (102 problems) and the Llama-3-8B decoder block: deepgemm.gemm
 #                                   beside torch.matmul in CUDA graphs and per call, the table's pick and the
-#                                   heuristic's, merged into shapes.json; one dtype a device call (DTYPE=fp16, then
-#                                   DTYPE=bf16, about 5 minutes each; PART=table or block for one part), then the
-#                                   shape table's GPU tests. Between the two calls, unpack the first call's
-#                                   results_h200.tgz here, so that the second merges into its shapes.json.
+#                                   heuristic's, merged into shapes.json; DTYPE=fp16, then DTYPE=bf16 (about 3
+#                                   minutes each), or DTYPE=both in one call (about 6); PART=table or block for
+#                                   one part; then the shape table's GPU tests. Between two calls, unpack the
+#                                   first call's results_h200.tgz here, so that the second merges into its record.
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
 #   scripts/h200_record.sh space    the library kernel's tile widths, clusters, swap AB and stream-K under test
 #                                   (tests/test_gpu_library.py), then the lab's sweep of its configuration space

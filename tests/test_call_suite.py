@@ -123,24 +123,6 @@ def test_a_call_row_per_layout_pair_and_framework_with_torch_beside_it(fake_meas
     assert fake_measurements["layouts"] == [(2 * K, 2)] * 4 + [(2, 2 * M)] * 4
 
 
-def test_a_shape_table_row_adds_gpu_times_the_config_and_at_m_1_the_bandwidth(fake_measurements, monkeypatch):
-    from deepgemm.config import GemmConfig
-
-    gpu_us = {call_suite.GEMM: 20.0, call_suite.TORCH: 15.0}
-    monkeypatch.setattr(call_suite, "device_us_per_call", lambda ls: gpu_us[call_suite.TORCH] if ls[0].func is
-                        FakeTorch.matmul else gpu_us[call_suite.GEMM])  # fmt: skip
-    config = GemmConfig(block_n=128, num_stages=6, extra={"CLUSTER_M": 1, "SPLIT_K": 4})
-    monkeypatch.setattr(call_suite, "config_of", lambda a, b: (config, "table"))
-    (row,) = call_suite.bench_shape_call(1, 4096, 4096, "fp16", settle_s=0.0, log=lambda _: None)
-    assert (row["a_layout"], row["b_layout"], row["framework"]) == (*call_suite.SHAPE_LAYOUT, "torch")
-    assert (row["device_us"], row["torch_device_us"], row["x_torch_device"]) == (20.0, 15.0, 0.75)
-    assert (row["config"], row["config_source"]) == ("n128 c1 s4 st6", "table")
-    moved = (4096 + 4096 * 4096 + 4096) * 2  # bytes of a, b and c at M = 1
-    assert row["device_gbs"] == pytest.approx(moved / 20e3) and row["gbs"] == pytest.approx(moved / 2000e3)
-    (square,) = call_suite.bench_shape_call(64, 64, 64, "fp16", settle_s=0.0, log=lambda _: None)
-    assert "device_gbs" not in square
-
-
 def test_the_call_suite_needs_torch_and_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     with pytest.raises(RuntimeError, match="install PyTorch"):

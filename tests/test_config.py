@@ -48,7 +48,7 @@ RUNNERS = {  # each suite's runner in the harness (module, function)
     "epilogue": ("bench", "bench_epilogue"),
     "pairs": ("bench", "bench_pairs"),
     "call": ("call_suite", "bench_call"),
-    "shapes": ("call_suite", "bench_shape_call"),
+    "shapes": ("shape_suite", "bench_shape_row"),
     "ablation": ("ablation", "run"),
 }
 

@@ -127,13 +127,15 @@ def measure(
     launches: Sequence[Callable[[], object]],
     *,
     settle_s: float,
+    **timing: float,
 ) -> dict[str, object]:
-    """Verify the first launch (on poisoned output where it has one), then time all of them in rotation."""
+    """Verify the first launch (on poisoned output where it has one), then time all of them in rotation
+    (`timing`: `time_launches`' batch lengths, where a suite wants other than its defaults)."""
     row = work.base_row(name)
     stats = verify(launches[0], work.expected, getattr(launches[0], "out", None))
     row.update(stats.as_dict(), rel_err=stats.rel_fro, max_abs_err=stats.max_abs)
     settle(settle_s)
-    row.update(timing_fields(time_launches(launches), work.m, work.n, work.k))
+    row.update(timing_fields(time_launches(launches, **timing), work.m, work.n, work.k))
     return row
 
 

@@ -18,12 +18,9 @@ from itertools import product
 from typing import Any
 
 import deepgemm
-from deepgemm.api import config_of
-from deepgemm.heuristic import config_name
-from deepgemm.model import HBM_TBS
-from tutorial.autotune import TUNED_LAYOUT
+from deepgemm.config import GemmConfig
 from tutorial.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
-from tutorial.timing import device_us_per_call, host_us_per_call
+from tutorial.timing import device_us_per_call, host_us_per_call, require_torch
 
 FRAMEWORKS = ("torch", "cupy")
 LAYOUT_PAIRS = tuple(product(A_LAYOUTS, B_LAYOUTS))
@@ -34,15 +31,6 @@ GEMM, TORCH = "deepgemm.gemm", "torch.matmul"
 TORCH_FIELDS = ("tflops", "passed", "max_abs_err", "sm_clock_mhz", "power_w", "power_capped_pct", "launches_per_batch")
 
 
-def require_torch() -> Any:
-    """PyTorch, which the suite times beside the call; a clear RuntimeError where it is not installed."""
-    try:
-        import torch  # optional and heavy: only the call suite needs it
-    except ImportError:
-        raise RuntimeError("the call suite times torch.matmul beside deepgemm.gemm: install PyTorch") from None
-    return torch
-
-
 def operand_sets(work: Workload, framework: str, torch: Any) -> tuple[list[tuple], list[tuple]]:
     """What `deepgemm.gemm` is handed (CuPy arrays or torch tensors) and what `torch.matmul` is (torch
     tensors on the same memory, strides kept), per input set."""
@@ -50,6 +38,18 @@ def operand_sets(work: Workload, framework: str, torch: Any) -> tuple[list[tuple
         raise ValueError(f"framework {framework!r} is none of {FRAMEWORKS}")
     views = [(torch.from_dlpack(a), torch.from_dlpack(b)) for a, b in work.problems]
     return (views if framework == "torch" else list(work.problems)), views
+
+
+def call_launches(work: Workload, framework: str, config: GemmConfig | None = None) -> dict[str, list[partial]]:
+    """A ready launch per input set of `deepgemm.gemm` (with `config`, else its own pick) and of
+    `torch.matmul`, by name (GEMM, TORCH)."""
+    torch = require_torch()
+    gemm_sets, torch_sets = operand_sets(work, framework, torch)
+    options = {} if config is None else {"config": config}  # no keyword where none is chosen: as a caller calls
+    return {
+        GEMM: [partial(deepgemm.gemm, a, b, **options) for a, b in gemm_sets],
+        TORCH: [partial(torch.matmul, a, b) for a, b in torch_sets],
+    }
 
 
 def call_row(
@@ -87,18 +87,14 @@ def time_call(
     settle_s: float,
     torch_first: bool,
     device_time: bool = False,
+    timing: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Verify and time `deepgemm.gemm` and `torch.matmul` on the workload's sets (already in the layouts),
-    then the host time per call of each; with `device_time`, also each one's GPU time alone
-    (`timing.device_us_per_call`)."""
-    torch = require_torch()
-    gemm_sets, torch_sets = operand_sets(work, framework, torch)
-    launches = {
-        GEMM: [partial(deepgemm.gemm, a, b) for a, b in gemm_sets],
-        TORCH: [partial(torch.matmul, a, b) for a, b in torch_sets],
-    }
+    """Verify and time `deepgemm.gemm` and `torch.matmul` on the workload's sets (already in the layouts;
+    `timing`: `time_launches`' batch lengths where not its defaults), then the host time per call of each;
+    with `device_time`, also each one's GPU time alone (`timing.device_us_per_call`)."""
+    launches = call_launches(work, framework)
     order = (TORCH, GEMM) if torch_first else (GEMM, TORCH)
-    measured = {name: measure(name, work, launches[name], settle_s=settle_s) for name in order}
+    measured = {name: measure(name, work, launches[name], settle_s=settle_s, **(timing or {})) for name in order}
     host = {name: host_us_per_call(launches[name]) for name in order}
     row = call_row(
         measured[GEMM],
@@ -144,50 +140,3 @@ def bench_call(
         rows.append(time_call(work, framework, a_layout, b_layout, settle_s=settle_s, torch_first=i % 2 == 1))
         _log_call_row(rows[-1], log)
     return rows
-
-
-# The shape table (`bench --suite shapes`): M from 1 to 8192 at N = K = 4096; the layers of a Llama-3-8B
-# block and DeepSeek-V3's as DeepGEMM benchmarks them, (N, K), each at M = 1, 128 and 4096; and three
-# awkward shapes (K not a multiple of 8 elements: the copy path).
-M_SWEEP = (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-MODEL_LAYERS = {
-    "llama3-8b": ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)),
-    "deepseek-v3": ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048)),
-}
-LAYER_MS = (1, 128, 4096)
-AWKWARD = ((4097, 4097, 4097), (3000, 5000, 700), (2048, 2048, 2048))
-
-
-def shape_table() -> list[tuple[int, int, int]]:
-    """The shape table's problems, each once, in the order above."""
-    found = [(m, 4096, 4096) for m in M_SWEEP]
-    found += [(m, n, k) for layers in MODEL_LAYERS.values() for n, k in layers for m in LAYER_MS]
-    found += list(AWKWARD)
-    return list(dict.fromkeys(found))
-
-
-SHAPE_TABLE = ",".join("x".join(map(str, shape)) for shape in shape_table())
-SHAPE_LAYOUT = TUNED_LAYOUT  # the layout the autotune table was measured in
-
-
-def bench_shape_call(
-    m: int, n: int, k: int, dtype_name: str, *, settle_s: float = SETTLE_S, log: Callable[[str], None] = print
-) -> list[dict[str, Any]]:
-    """One row of the shape table: `deepgemm.gemm` on torch tensors beside `torch.matmul`, verified, timed
-    per call (`call_us`, as a caller sees it) and on the GPU alone (`device_us`, the host hidden), with the
-    config the call chose and where from (autotune table or heuristic); at M = 1 the bandwidth."""
-    work = Workload.make(m, n, k, dtype_name).in_layout(*SHAPE_LAYOUT)
-    row = time_call(work, "torch", *SHAPE_LAYOUT, settle_s=settle_s, torch_first=False, device_time=True)
-    config, source = config_of(*work.problems[0])
-    row.update(config=config_name(config), config_source=source)
-    if m == 1:
-        moved = (m * k + n * k + m * n) * work.problems[0][0].itemsize
-        row["gbs"] = moved / (row["call_us"] * 1e3)
-        row["device_gbs"] = moved / (row["device_us"] * 1e3)
-        row["pct_hbm_device"] = 100 * row["device_gbs"] / (HBM_TBS * 1e3)
-    log(
-        f"  {dtype_name} {m}x{n}x{k} {row['config']} ({source}): call {row['call_us']:8.1f} us"
-        f" (torch {row['torch_us']:8.1f}) x {row['x_torch']:5.2f}; GPU {row['device_us']:8.1f}"
-        f" (torch {row['torch_device_us']:8.1f}) x {row['x_torch_device']:5.2f}  {'ok' if row['passed'] else 'FAILED'}"
-    )
-    return [row]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,10 +19,12 @@ from tutorial import (
     ablation,
     autotune,
     bench,
+    block_suite,
     call_suite,
     figures,
     first_call,
     results,
+    shape_suite,
     source_profile,
     stability,
     tables,
@@ -48,21 +51,31 @@ SUITES = {
     "pairs": "v5 and cuBLAS timed alternately six times, the order swapped each pair: x cuBLAS with its spread",
     "call": "deepgemm.gemm per call beside torch.matmul: torch and CuPy inputs, four layouts, host us per call, "
     "and the first call in a fresh process (cold and warm CuPy cache)",
-    "shapes": "the shape table: deepgemm.gemm beside torch.matmul per call and on the GPU alone (notebook 07)",
+    "shapes": "the shape table: deepgemm.gemm beside torch.matmul in CUDA graphs and per call, the table's pick and "
+    "the heuristic's, then a Llama-3-8B decoder block in one graph (--part); --record merges into shapes.json "
+    "(notebook 07)",
     "ablation": "each stage with its technique switched off (swizzle, stages, GROUP_M, multicast, persistence, "
     "fusion), timed beside cuBLAS and profiled; at 4096^3 (v0 2048^3) unless shapes are given",
 }
 PAIRED_STAGE = "v5_fused"  # the stage a progression run also alternates with cuBLAS (`--pairs`)
 # A suite's shapes where neither --shapes nor --m/--n/--k is given, and its --settle where that is not given
 # (DEFAULT_SETTLE_S for the others).
-SUITE_SHAPES = {"call": call_suite.DEFAULT_SHAPES, "shapes": call_suite.SHAPE_TABLE}
-SUITE_SETTLE_S = {"call": call_suite.SETTLE_S, "shapes": call_suite.SETTLE_S}
+SUITE_SHAPES = {"call": call_suite.DEFAULT_SHAPES, "shapes": shape_suite.SHAPE_TABLE}
+SUITE_SETTLE_S = {"call": call_suite.SETTLE_S, "shapes": shape_suite.SETTLE_S}
+ONE_LINE_SUITES = ("shapes",)  # suites whose rows log one line each: numbered, not headed
+MERGED_SUITES = ("shapes",)  # suites whose --record merges into the record (runs of parts build one)
+PARTS = ("both", "table", "block")  # what the shapes suite runs: its table of problems, the decoder block
 
 
 def run_suite(
-    suite: str, stage_list: Sequence[str], shape: tuple[int, int, int], dtype: str, settle: float
+    suite: str,
+    stage_list: Sequence[str],
+    shape: tuple[int, int, int],
+    dtype: str,
+    settle: float,
+    log: Callable[[str], None] = log,
 ) -> list[dict]:
-    """One suite's rows at one shape and dtype."""
+    """One suite's rows at one shape and dtype, logged through `log`."""
     m, n, k = shape
     if suite == "progression":
         return bench.bench_shape(stage_list, m, n, k, dtype, settle_s=settle, log=log)
@@ -71,7 +84,7 @@ def run_suite(
     if suite == "call":
         return call_suite.bench_call(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "shapes":
-        return call_suite.bench_shape_call(m, n, k, dtype, settle_s=settle, log=log)
+        return shape_suite.bench_shape_row(m, n, k, dtype, settle_s=settle, log=log)
     if suite == "pairs":
         return bench.bench_pairs(PAIRED_STAGE, m, n, k, dtype, settle_s=settle, log=log)
     if suite == "ablation":
@@ -89,11 +102,34 @@ def settle_s(args: argparse.Namespace, suite: str) -> float:
 def run_bench(stage_list: Sequence[str], args: argparse.Namespace, suite: str = "progression") -> list[dict]:
     if suite == "ablation":
         return run_ablations(stage_list, args)
+    if getattr(args, "part", "both") == "block":
+        return []
     rows: list[dict] = []
-    for shape, dtype in problems(args, SUITE_SHAPES.get(suite)):
+    todo = problems(args, SUITE_SHAPES.get(suite))
+    started = time.monotonic()
+    for i, (shape, dtype) in enumerate(todo, 1):
+        if suite in ONE_LINE_SUITES:
+            rows += run_suite(suite, stage_list, shape, dtype, settle_s(args, suite), numbered(i, len(todo), started))
+            continue
         log(f"{suite} {'x'.join(map(str, shape))} {dtype}:")
         rows += run_suite(suite, stage_list, shape, dtype, settle_s(args, suite))
     return rows
+
+
+def numbered(i: int, total: int, started: float) -> Callable[[str], None]:
+    """A log whose lines start with the row's number and the seconds since `started` (time.monotonic), so
+    that a run's pace shows against its device call's limit: '[ 12/102,  31 s] ...'."""
+    width = len(str(total))
+    return lambda line: log(f"[{i:>{width}}/{total}, {time.monotonic() - started:4.0f} s] {line}")
+
+
+def run_block(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """After the shape table (or alone, --part block): the decoder block in one graph at each of its Ms, per
+    dtype, as the record's "block" section ({} for other suites or with --part table)."""
+    if args.suite != "shapes" or getattr(args, "part", "both") == "table":
+        return {}
+    dtypes = ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]
+    return {"block": [block_suite.bench_block(m, dtype, log=log) for dtype in dtypes for m in block_suite.BLOCK_MS]}
 
 
 def run_ablations(stage_list: Sequence[str], args: argparse.Namespace) -> list[dict]:
@@ -134,9 +170,11 @@ def run_first_call(args: argparse.Namespace) -> dict[str, list[dict]]:
 
 
 def row_label(row: dict) -> str:
-    """What names a row in a failure message: stage, the call suite's inputs and layouts, dtype and shape."""
+    """What names a row in a failure message: stage, the call suite's inputs and layouts, dtype and shape (a
+    block's M)."""
     inputs = f" {row['framework']} {row['a_layout']} x {row['b_layout']}" if "framework" in row else ""
-    return f"{row['stage']}{inputs} {row['dtype']} {row['m']}x{row['n']}x{row['k']}"
+    shape = f"{row['m']}x{row['n']}x{row['k']}" if "n" in row else f"M = {row['m']}"
+    return f"{row['stage']}{inputs} {row['dtype']} {shape}"
 
 
 def print_first_call(sections: dict, table: Callable = results.format_table) -> None:
@@ -146,10 +184,29 @@ def print_first_call(sections: dict, table: Callable = results.format_table) -> 
         print(table(sections["first_call"], results.FIRST_CALL_COLUMNS))
 
 
+def print_block(sections: dict, table: Callable = results.format_table) -> None:
+    """The shape table's decoder-block rows, where a record (or a run's extra sections) has them."""
+    if sections.get("block"):
+        print()
+        print(table(sections["block"], results.BLOCK_COLUMNS))
+
+
+def print_band_summary(rows: list[dict]) -> None:
+    """The shape table by M band: x torch in graphs and per call, with the table's pick and the heuristic's."""
+    summary = tables.band_summary(rows)
+    print()
+    print(results.format_table(summary, tables.BAND_COLUMNS))
+    print("\n".join(tables.below_lines(summary)))
+
+
 def print_record(name: str, rows: list[dict], extra: dict[str, list[dict]]) -> None:
-    """A suite's rows in its columns, then its extra sections (the call suite's first call)."""
+    """A suite's rows in its columns, then its extra sections (the call suite's first call, the shape table's
+    block) and, for the shape table, its summary by M band."""
     print_rows(rows, columns=results.TABLE_COLUMNS.get(name, results.COLUMNS))
     print_first_call(extra)
+    print_block(extra)
+    if name == "shapes":
+        print_band_summary(rows)
 
 
 def show_recorded_suite(name: str) -> int:
@@ -158,6 +215,9 @@ def show_recorded_suite(name: str) -> int:
     columns = results.TABLE_COLUMNS.get(name)
     record = show_recorded(name, (lambda rows: [results.format_table(rows, columns)]) if columns else None)
     print_first_call(record)
+    print_block(record)
+    if name == "shapes":
+        print_band_summary(record["rows"])
     if name == "progression":
         pairs = results.load("pairs")
         if pairs["provenance"] == record["provenance"]:
@@ -172,17 +232,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     chosen = parse_stages(args.stages)
     rows = run_bench(chosen, args, args.suite)
     pair_rows = run_pairs(chosen, args)
-    extra = run_first_call(args)
+    extra = {**run_first_call(args), **run_block(args)}
     print_record(args.suite, rows, extra)
     if pair_rows:
         print(f"\n{PAIRED_STAGE} and cuBLAS alternated in this run:")
         print_rows(pair_rows, rows_table=False)
     if args.record:
         prov = results.provenance()
-        print(f"recorded {len(rows)} rows in {results.save(args.suite, rows, prov, extra=extra)}")
+        if args.suite in MERGED_SUITES:
+            path = results.save_merged(args.suite, {"rows": rows, **extra}, prov)
+            print(f"merged {len(rows)} rows and {len(extra.get('block', []))} block rows into {path}")
+        else:
+            print(f"recorded {len(rows)} rows in {results.save(args.suite, rows, prov, extra=extra)}")
         if pair_rows:
             print(f"recorded {len(pair_rows)} rows in {results.save('pairs', pair_rows, prov)}")
-    rows = rows + pair_rows
+    rows = rows + pair_rows + extra.get("block", [])
     failed = [row_label(r) for r in rows if not r.get("passed")]
     if failed:
         print("FAILED verification: " + ", ".join(failed), file=sys.stderr)
@@ -198,7 +262,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
         print(results.recorded_banner(record["provenance"]))
         print(results.format_table(record["rows"], AUTOTUNE_COLUMNS))
         return 0
-    rows = autotune.tune(problems(args, call_suite.SHAPE_TABLE), log=log)
+    rows = autotune.tune(problems(args, shape_suite.SHAPE_TABLE), log=log)
     print(results.format_table(rows, AUTOTUNE_COLUMNS))
     if args.record:
         path = autotune.record(rows, results.provenance())
@@ -227,8 +291,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     columns = results.TABLE_COLUMNS.get(args.name, columns)
     if args.brief and args.name == "call":  # per dtype and shape, the 8 layouts and frameworks in one row
         rows, columns = tables.call_summary(rows), tables.CALL_SUMMARY_COLUMNS
+    if args.brief and args.name == "shapes":  # by M band, and the rows below 1.0x named
+        rows, columns = tables.band_summary(rows), tables.BAND_COLUMNS
     print(results.markdown_table(rows, columns))
     print_first_call(record, results.markdown_table)
+    print_block(record, results.markdown_table)
     return 0
 
 
@@ -385,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_cmd.add_argument(
         "--no-first-call", action="store_true", help="call suite only: leave out the first call in fresh processes"
+    )
+    bench_cmd.add_argument(
+        "--part", choices=PARTS, default="both", help="shapes suite only: its problems, the decoder block, or both"
     )
     add_problem_args(bench_cmd, settle=None)
     bench_cmd.set_defaults(run=cmd_bench)

@@ -116,6 +116,36 @@ def save(
     return path
 
 
+def row_key(row: dict[str, Any]) -> tuple:
+    """What a row of a merged record is measured at: dtype, M, N, K (None where it has none, as a block)."""
+    return row["dtype"], row["m"], row.get("n"), row.get("k")
+
+
+def merge_rows(old: Iterable[dict[str, Any]], new: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The old rows that no new row measures again (by `row_key`), in their order, then the new ones."""
+    new = list(new)
+    fresh = {row_key(row) for row in new}
+    return [row for row in old if row_key(row) not in fresh] + new
+
+
+def save_merged(
+    name: str, sections: dict[str, list[dict[str, Any]]], prov: dict[str, Any], directory: Path | None = None
+) -> Path:
+    """Merge a run's rows into <directory>/<name>.json, so that runs of parts (a dtype, some shapes) build
+    one record: each section ("rows", and others such as the shape table's "block") keeps the old rows this
+    run did not measure again (`merge_rows`); this run's rows carry "run" (its date), "runs" lists every
+    run's provenance (an older record's own provenance first) and "provenance" is this run's."""
+    directory = gpu_directory(prov["gpu"]) if directory is None else directory
+    path = directory / f"{name}.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    runs = old.get("runs") or ([old["provenance"]] if "provenance" in old else [])
+    merged = {key: value for key, value in old.items() if key not in ("provenance", "runs")}
+    for section, rows in sections.items():
+        merged[section] = merge_rows(old.get(section, []), ({**row, "run": prov["date"]} for row in rows))
+    rows = merged.pop("rows", [])
+    return save(name, rows, prov, directory, extra={**merged, "runs": [*runs, prov]})
+
+
 COMMAND_GONE = "the command no longer exists"  # how a record's command is marked where nothing can run it again
 RECORDING_COMMANDS = {  # records not written by a bench suite of their name
     "stability": "python -m tutorial stability --record",
@@ -190,11 +220,16 @@ COLUMNS = (
 )
 
 
+def _shaped(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its "shape" column ('MxNxK'), where it has M, N and K (a summary's line or a block has not)."""
+    return {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"} if {"m", "n", "k"} <= row.keys() else row
+
+
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, int]] = COLUMNS) -> str:
     """A plain-text table of rows (bench rows, or any with the given columns); missing values print as '-'."""
     cells = [[title for _, title, _ in columns]]
     for row in rows:
-        shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"} if {"m", "n", "k"} <= row.keys() else row
+        shaped = _shaped(row)
         cells.append([_cell(shaped.get(key), digits) for key, _, digits in columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
@@ -226,7 +261,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
     """The recorded rows as a Markdown table (what the README shows)."""
     lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + " --- |" * len(columns)]
     for row in rows:
-        shaped = {**row, "shape": f"{row['m']}x{row['n']}x{row['k']}"}
+        shaped = _shaped(row)
         lines.append("| " + " | ".join(_cell(shaped.get(key), digits) for key, _, digits in columns) + " |")
     return "\n".join(lines)
 
@@ -289,18 +324,32 @@ FIRST_CALL_COLUMNS = (  # the call suite's first call in a fresh process, with C
     ("first_call_s", "first call, s", 3),
     ("nvrtc_compiles", "NVRTC compiles", 0),
 )
-SHAPE_COLUMNS = (  # the shape table: the call per call and on the GPU alone, beside torch.matmul
+SHAPE_COLUMNS = (  # the shape table: GPU time in CUDA graphs and per call, beside torch.matmul, and the heuristic's
     ("dtype", "dtype", 0),
     ("shape", "M x N x K", 0),
     ("config", "config", 0),
     ("config_source", "from", 0),
+    ("graph_us", "graph µs", 1),
+    ("torch_graph_us", "torch graph µs", 1),
+    ("x_torch_graph", "x torch (graph)", 2),
     ("call_us", "µs per call", 1),
     ("torch_us", "torch µs", 1),
     ("x_torch", "x torch", 2),
-    ("device_us", "GPU µs", 1),
-    ("torch_device_us", "torch GPU µs", 1),
-    ("x_torch_device", "x torch (GPU)", 2),
-    ("device_gbs", "GPU GB/s (M = 1)", 0),
+    ("x_torch_device", "x torch (queued)", 2),
+    ("heuristic_config", "heuristic's config", 0),
+    ("x_torch_graph_heuristic", "x torch (graph, heuristic)", 2),
+    ("x_torch_heuristic", "x torch (heuristic)", 2),
+    ("graph_gbs", "graph GB/s (M = 1)", 0),
+)
+BLOCK_COLUMNS = (  # the shape table's decoder block: four GEMMs in one CUDA graph, beside torch.matmul's
+    ("stage", "block", 0),
+    ("dtype", "dtype", 0),
+    ("m", "M", 0),
+    ("graph_us", "graph µs", 1),
+    ("torch_graph_us", "torch graph µs", 1),
+    ("x_torch_graph", "x torch (graph)", 2),
+    ("tflops", "TFLOP/s", 1),
+    ("passed", "passed", 0),
 )
 ABLATION_COLUMNS = (  # the ablation suite: a stage as shipped and with one technique switched off
     ("ablated_stage", "stage", 0),

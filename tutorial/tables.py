@@ -423,3 +423,65 @@ ABLATION_COLUMNS = (
     *((f"live_{f}", f"{label} (here)" if f == "us" else label, digits) for f, label, digits in ABLATION_SHOWN),
     ("top_stalls", "top stalls (H200)", 0),
 )
+
+
+# The shape table summed up by M band (`band_summary`): where the call wins and where it does not, for each
+# way of timing it and each way of picking its config.
+M_BANDS = (("1-32", 1, 32), ("33-500", 33, 500), ("501-1500", 501, 1500), (">1500", 1501, math.inf))
+SHAPE_RATIOS = (  # what is summed up: a label and the row's field
+    ("graph, table", "x_torch_graph"),
+    ("per call, table", "x_torch"),
+    ("graph, heuristic", "x_torch_graph_heuristic"),
+    ("per call, heuristic", "x_torch_heuristic"),
+)
+BAND_COLUMNS = (
+    ("ratio", "x torch", 0), ("band", "M", 0), ("rows", "rows", 0), ("at_least_1", ">= 1.0x", 0),
+    ("median", "median", 3), ("worst", "worst", 3),
+)  # fmt: skip
+
+
+def band_of(m: int) -> str:
+    """The M band a row falls in: '1-32', '33-500', '501-1500' or '>1500'."""
+    return next(name for name, low, high in M_BANDS if low <= m <= high)
+
+
+def row_name(row: Row) -> str:
+    return f"{row['dtype']} {row['m']}x{row['n']}x{row['k']}"
+
+
+def band_line(label: str, band: str, named: Sequence[tuple[str, float]]) -> Row:
+    """One band's line: how many rows, how many at 1.0x or better, the median and the worst ratio, and the
+    rows below 1.0x by name, worst first."""
+    ratios = [ratio for _, ratio in named]
+    below = sorted((ratio, name) for name, ratio in named if ratio < 1.0)
+    return {
+        "ratio": label,
+        "band": band,
+        "rows": len(ratios),
+        "at_least_1": sum(ratio >= 1.0 for ratio in ratios),
+        "median": median(ratios) if ratios else None,
+        "worst": min(ratios) if ratios else None,
+        "below": [f"{name} ({ratio:.3f})" for ratio, name in below],
+    }
+
+
+def band_summary(rows: Iterable[Row], ratios: Sequence[tuple[str, str]] = SHAPE_RATIOS) -> list[Row]:
+    """The shape table by M band and over all rows, for each (label, field) of `ratios`: rows, rows at 1.0x
+    or better, median, worst, and the rows below 1.0x named. Rows without the field (an older record, a row
+    that failed) are left out. Print it with `results.format_table(summary, BAND_COLUMNS)` and
+    `below_lines(summary)`."""
+    rows = list(rows)
+    summary = []
+    for label, field in ratios:
+        found = [(row_name(row), band_of(int(row["m"])), number(row.get(field))) for row in rows]
+        found = [(name, band, ratio) for name, band, ratio in found if ratio is not None]
+        for band, _, _ in M_BANDS:
+            summary.append(band_line(label, band, [(name, ratio) for name, b, ratio in found if b == band]))
+        summary.append(band_line(label, "all", [(name, ratio) for name, _, ratio in found]))
+    return summary
+
+
+def below_lines(summary: Iterable[Row]) -> list[str]:
+    """A band summary's rows below 1.0x, a line per ratio and band that has any."""
+    return [f"below 1.0x, {line['ratio']}, M {line['band']}: {', '.join(line['below'])}"
+            for line in summary if line["below"] and line["band"] != "all"]  # fmt: skip

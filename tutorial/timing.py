@@ -4,16 +4,19 @@ The H200 is power-bound (under GEMMs it holds its 700 W limit by lowering the SM
 about 1500), so NVML samples the SM clock, the board power and the power-cap flag while each batch runs,
 every row reports them, and TFLOP/s is also given as a percentage of the peak at the clock measured.
 What a call costs the host is timed apart, on the wall clock: calls issued without waiting for the GPU;
-and what it costs the GPU alone, with the launch queue held full (`device_us_per_call`).
+and what it costs the GPU alone, with the launch queue held full (`device_us_per_call`) or inside a CUDA
+graph (`capture_graph`, `time_graph`), where no host launches anything.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 from typing import Any
 
 import cupy
@@ -272,3 +275,108 @@ def timing_fields(timing: Timing, m: int, n: int, k: int) -> dict[str, float | i
         "power_capped_pct": timing.power_capped_pct,
         "launches_per_batch": timing.launches_per_batch,
     }
+
+
+# GPU time inside CUDA graphs, what a serving engine that captures its decode step sees: calls captured back
+# to back in one graph (the input sets rotated, as everywhere), the graph replayed, replays timed with CUDA
+# events. The host's launch cost is gone; each kernel's own start-up on the GPU stays.
+GRAPH_BATCH_MS = 3.0  # GPU time per timed batch of replays: events resolve ~0.5 us, so a batch of 3 ms reads to 0.02%
+GRAPH_BATCHES = 20
+GRAPH_MAX_CALLS = 50  # calls per graph at small shapes; long calls take fewer (a replay lasts GRAPH_BATCH_MS anyway)
+
+
+def require_torch() -> Any:
+    """PyTorch, whose CUDA graphs and torch.matmul the call's timings need; a clear RuntimeError without it."""
+    try:
+        import torch  # optional and heavy: only the call's suites need it
+    except ImportError:
+        raise RuntimeError("the call suites time torch.matmul and CUDA graphs: install PyTorch") from None
+    return torch
+
+
+def graph_calls(call_ms: float, sets: int, *, batch_ms: float = GRAPH_BATCH_MS, most: int = GRAPH_MAX_CALLS) -> int:
+    """Calls to capture in one graph: about `batch_ms` of them (`call_ms` each), at most `most`, in whole
+    rotations over the `sets` input sets (so that every set is read equally often)."""
+    wanted = min(most, max(1, math.ceil(batch_ms / max(call_ms, 1e-6))))
+    return sets * math.ceil(wanted / sets)
+
+
+@cache
+def capture_stream(device: int) -> Any:
+    """The one side stream of this process that graphs are captured on: a call's per-stream state (the
+    library's split-K scratch, cuBLAS's workspace) is made there once, by the warm-up, and reused."""
+    return require_torch().cuda.Stream(device)
+
+
+@dataclass(frozen=True)
+class CapturedGraph:
+    """`calls` launches captured in one torch.cuda.CUDAGraph; `first` is what the first of them returned, in
+    the graph's own memory, rewritten by every replay (what a check of the replayed graph reads)."""
+
+    graph: Any
+    calls: int
+    first: Any
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def capture_graph(launches: Sequence[Callable[[], object]], calls: int) -> CapturedGraph:
+    """Capture `calls` launches (rotating over `launches`) into a CUDA graph on `capture_stream`. Each launch
+    runs once on that stream first: a plan, a compiled kernel or a stream's scratch made during the capture
+    would be made in the graph, or fail."""
+    torch = require_torch()
+    stream = capture_stream(torch.cuda.current_device())
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs were written on the caller's stream
+    with torch.cuda.stream(stream):
+        for launch in launches:
+            launch()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        first = launches[0]()
+        for i in range(1, calls):
+            launches[i % len(launches)]()
+    return CapturedGraph(graph, calls, first)
+
+
+def time_graph(
+    captured: CapturedGraph,
+    *,
+    batch_ms: float = GRAPH_BATCH_MS,
+    batches: int = GRAPH_BATCHES,
+    sampler: PowerSampler | None = None,
+) -> Timing:
+    """Median GPU time per captured call: `batches` batches of replays, each at least `batch_ms` long, queued
+    back to back (no idle GPU between them) with an event between batches; NVML sampled meanwhile."""
+    torch = require_torch()
+    sampler = sampler or PowerSampler()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(batches + 1)]
+    captured.replay()  # the first replay also uploads the graph: not timed
+    events[0].record()
+    captured.replay()
+    events[1].record()
+    events[1].synchronize()
+    per_batch = max(1, math.ceil(batch_ms / max(events[0].elapsed_time(events[1]), 1e-3)))
+    for _ in range(per_batch):  # warm-up at the timed pace
+        captured.replay()
+    synchronize()
+    sampler.reset()
+    events[0].record()
+    for event in events[1:]:
+        for _ in range(per_batch):
+            captured.replay()
+        event.record()
+    while not events[-1].query():
+        sampler.sample()
+        time.sleep(0.002)
+    events[-1].synchronize()
+    calls = per_batch * captured.calls
+    times = tuple(start.elapsed_time(end) / calls for start, end in pairwise(events))
+    return Timing(
+        ms=float(statistics.median(times)),
+        batch_ms=times,
+        launches_per_batch=calls,
+        sm_clock_mhz=sampler.median_clock(),
+        power_w=sampler.median_power(),
+        power_capped_pct=sampler.capped_pct(),
+    )

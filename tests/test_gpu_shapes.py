@@ -1,0 +1,66 @@
+"""The shape table's GPU timings on the GPU (needs a Hopper GPU and PyTorch): calls captured in a CUDA graph
+are verified as replayed and timed, split-K's per-stream scratch included; a row of the table; the decoder
+block at M = 1."""
+
+from __future__ import annotations
+
+import cupy
+import pytest
+
+from deepgemm.config import GemmConfig
+from tutorial import block_suite, shape_suite
+from tutorial.bench import Workload
+from tutorial.call_suite import GEMM, TORCH, call_launches
+
+pytestmark = pytest.mark.gpu
+
+SMALL = (64, 512, 256)  # a few microseconds a call: the graph holds the most calls
+
+
+@pytest.fixture(autouse=True)
+def _hopper_and_torch() -> None:
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("deepgemm.gemm runs the library kernel, which needs sm_90a (Hopper)")
+    pytest.importorskip("torch")
+
+
+def _work(m: int, n: int, k: int, dtype_name: str = "fp16") -> Workload:
+    return Workload.make(m, n, k, dtype_name).in_layout(*shape_suite.SHAPE_LAYOUT)
+
+
+@pytest.mark.parametrize(("name", "prefix"), [(GEMM, ""), (TORCH, "torch_")])
+def test_a_graph_of_calls_is_timed_and_its_replayed_output_verified(name, prefix):
+    work = _work(*SMALL)
+    launches = call_launches(work, "torch")[name]
+    fields = shape_suite.graph_fields(launches, work, 0.005, prefix)
+    assert fields[f"{prefix}graph_passed"] and fields[f"{prefix}graph_max_abs"] >= 0
+    assert 0 < fields[f"{prefix}graph_us"] < 1000  # µs per call, not per graph or per batch
+    assert fields[f"{prefix}graph_calls"] >= 50 and fields[f"{prefix}graph_calls"] % len(launches) == 0
+
+
+def test_split_k_calls_in_a_graph_use_the_capture_streams_scratch_and_verify():
+    """Split-K's scratch is per stream and made on first use: the warm-up makes it on the capture stream,
+    so the graph reads memory that outlives it; a config that needs more scratch grows it, and its own
+    graph, captured after, verifies too."""
+    work = _work(64, 1024, 4096)
+    for split in (2, 4):
+        config = GemmConfig(block_n=128, extra={"SPLIT_K": split, "CLUSTER_M": 1})
+        fields = shape_suite.graph_fields(call_launches(work, "torch", config)[GEMM], work, 0.01, "")
+        assert fields["graph_passed"] and fields["graph_us"] > 0, split
+
+
+def test_a_row_of_the_shape_table_verifies_and_times_everything():
+    row = shape_suite.shape_row(*SMALL, "bf16", settle_s=0.0)
+    assert row["passed"] and row["torch_passed"] and "error" not in row
+    for field in ("call_us", "torch_us", "device_us", "graph_us", "torch_graph_us", "heuristic_graph_us"):
+        assert row[field] > 0, field
+    assert row["config_source"] in ("table", "heuristic") and row["heuristic_config"]
+    assert row["x_torch_graph"] == pytest.approx(row["torch_graph_us"] / row["graph_us"])
+
+
+def test_the_decoder_block_runs_and_verifies_at_m_1():
+    row = block_suite.bench_block(1, "fp16", log=lambda _: None)
+    assert row["passed"] and row["torch_passed"] and len(row["max_abs_err"]) == len(row["configs"]) == 4
+    assert row["graph_us"] > 0 and row["torch_graph_us"] > 0 and row["graph_calls"] >= 1
+    # 436 MB of weights at M = 1, at most 60 MB of them in L2: at 4.8 TB/s from HBM, 78 µs at the least
+    assert row["graph_us"] > 70 and row["torch_graph_us"] > 70
