@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -125,6 +125,11 @@ L2_GBS = 9000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
 PARTIAL_BYTES_PER_CLOCK = 64  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 3.0  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
 LAUNCH_US = 2.5  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
+# Programmatic dependent launch (the kernel's prologue overlapping the end of the one before it): in the lab's
+# sweep (lab/results/h200/library_space.json, FP16, back-to-back calls) it took 0.4 to 1.7 us off every
+# shape whose best ran under 50 us, and added 3 to 9 us at three of the six above (1 x 28672 x 4096,
+# 128 x 28672 x 4096, 4096 x 2112 x 7168): the model asks for it below this estimate.
+PDL_BELOW_US = 50.0
 
 
 class Tiling(NamedTuple):
@@ -152,6 +157,7 @@ class Choice:
     swap_ab: bool = False
     cluster_n: int = 1
     stream_k: int = 0
+    pdl: bool = False
 
     def tiling(self) -> Tiling:
         return Tiling(self.block_m, self.block_n, self.cluster_m, self.cluster_n, self.split_k, self.stream_k,
@@ -163,6 +169,8 @@ class Choice:
             extra["STREAM_K"] = self.stream_k
         if self.swap_ab:
             extra["SWAP_AB"] = 1
+        if self.pdl:
+            extra["PDL"] = 1
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
@@ -183,10 +191,11 @@ def config_name(cfg: GemmConfig) -> str:
     front = ("swap " if t.swap_ab else "") + ("m64 " if t.block_m == 64 else "")
     cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "")
     schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
-    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}"
+    pdl = " pdl" if cfg.extra.get("PDL") else ""  # launched with programmatic dependent launch
+    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pdl}"
 
 
-NAME = re.compile(r"(swap )?(m64 )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)")
+NAME = re.compile(r"(swap )?(m64 )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?")
 
 
 def config_from_name(name: str) -> GemmConfig:
@@ -194,11 +203,11 @@ def config_from_name(name: str) -> GemmConfig:
     found = NAME.fullmatch(name)
     if found is None:
         raise ValueError(f"{name!r} is not a config name such as 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8'")
-    swap, m64, block_n, cluster_m, cluster_n, split, stream, stages = found.groups()
+    swap, m64, block_n, cluster_m, cluster_n, split, stream, stages, pdl = found.groups()
     return config_from_fields({
         "block_m": 64 if m64 else 128, "block_n": int(block_n), "num_stages": int(stages),
         "CLUSTER_M": int(cluster_m), "CLUSTER_N": int(cluster_n or 1), "SPLIT_K": int(split or 1),
-        "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)),
+        "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)), "PDL": int(bool(pdl)),
     })  # fmt: skip
 
 
@@ -218,9 +227,16 @@ def kernel_dims(m: int, n: int, swap_ab: bool) -> tuple[int, int]:
     return (n, m) if swap_ab else (m, n)
 
 
+# Clusters of each size the H200 (132 SMs) runs at once, one CTA per SM, as its driver's occupancy calculator
+# gives them (`driver.max_active_clusters`, asked by every plan): a cluster lives in one GPC, and the GPCs'
+# sizes leave SMs over that no cluster of 4 or 8 can use. GPUs with other SM counts: sm_count // size.
+CLUSTER_SLOTS = {132: {1: 132, 2: 66, 4: 30, 8: 15}}
+
+
 def slots(t: Tiling, sm_count: int) -> int:
     """Clusters that fit on the GPU at once."""
-    return sm_count // (t.cluster_m * t.cluster_n)
+    size = t.cluster_m * t.cluster_n
+    return CLUSTER_SLOTS.get(sm_count, {}).get(size, sm_count // size)
 
 
 def tiles_of(m: int, n: int, t: Tiling) -> int:
@@ -429,12 +445,15 @@ def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[f
 def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False) -> Choice:
     """The model's pick for an M x N x K problem on `sm_count` SMs."""
     best, t = ranked(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
-    return priced(t, best.estimate_us)
+    return replace(priced(t, best.estimate_us), pdl=best.estimate_us < PDL_BELOW_US)
 
 
 # ---- the table ---------------------------------------------------------------------------------------------
 
 TABLE_NAME = "autotune"
+# The dtype a table entry serves for both: in the autotune record of the previous kernel, BF16 picked FP16's
+# configuration at 35 of 37 shapes, and FP16's pick ran BF16 0.1% slower on average, 3.4% at worst.
+TUNED_DTYPE = "fp16"
 TABLES_DIR = Path(__file__).resolve().parent / "kernels" / "tables"  # package data: tables/<gpu>/autotune.json
 
 
@@ -462,6 +481,7 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
         "SPLIT_K": t.split_k,
         "STREAM_K": t.stream_k,
         "SWAP_AB": int(t.swap_ab),
+        "PDL": int(cfg.extra.get("PDL", 0)),
     }
 
 
@@ -473,6 +493,8 @@ def config_from_fields(fields: dict[str, int]) -> GemmConfig:
         extra["STREAM_K"] = int(fields["STREAM_K"])
     if fields.get("SWAP_AB"):
         extra["SWAP_AB"] = 1
+    if fields.get("PDL"):
+        extra["PDL"] = 1
     block_m = int(fields.get("block_m", 128))
     return GemmConfig(
         block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra
@@ -498,8 +520,9 @@ def pick_config(
 ) -> tuple[GemmConfig, str]:
     """The configuration for a problem and where it came from: "table" (this GPU's autotune table) or
     "heuristic". A table entry the layout cannot use (an MN-major operand in boxes that do not divide) is
-    passed over."""
-    found = table(table_path(gpu)).get((dtype_name, m, n, k))
+    passed over. A problem the table holds only in TUNED_DTYPE takes that entry in either dtype."""
+    tuned = table(table_path(gpu))
+    found = tuned.get((dtype_name, m, n, k), tuned.get((TUNED_DTYPE, m, n, k)))
     if found is not None and layout_fits(found, b_mn_major, a_mn_major):
         return found, "table"
     return choose(m, n, k, sm_count, b_mn_major, a_mn_major).config(), "heuristic"

@@ -367,9 +367,9 @@ def test_library_swap_ab_token_tiles_in_steps_of_8_match_reference(dtype):
     from deepgemm.config import GemmConfig
 
     launcher = stage_or_skip(LIBRARY)
-    tiles = ((64, 8, 1, 1, {}), (128, 24, 2, 1, {"STREAM_K": 1}), (128, 40, 1, 2, {}), (64, 88, 1, 4, {"STREAM_K": 2}),
+    tiles = ((64, 8, 1, 1, {}), (128, 32, 2, 1, {"STREAM_K": 1}), (128, 40, 1, 2, {}), (64, 88, 1, 4, {"STREAM_K": 2}),
              (128, 200, 1, 4, {"STREAM_K": 1}), (128, 256, 2, 2, {}), (64, 200, 1, 1, {"SPLIT_K": 3}),
-             (128, 136, 4, 1, {"STREAM_K": 1}))  # fmt: skip
+             (128, 160, 4, 1, {"STREAM_K": 1}))  # fmt: skip
     configs = [GemmConfig(block_m=bm, block_n=bn, num_stages=4,
                           extra={"SWAP_AB": 1, "CLUSTER_M": cm, "CLUSTER_N": cn, **cut})
                for bm, bn, cm, cn, cut in tiles]  # fmt: skip

@@ -208,7 +208,7 @@ def test_the_model_prices_the_recorded_candidates_by_their_config_not_this_space
 
 
 NAMES = ("n256 c2 s1 st4", "m64 n128 c1 s4 st8", "swap m64 n16 c1 s2 st16", "swap n200 c1x4 sk1 st8",
-         "m64 n96 c2x2 sk2 st10", "swap m64 n8 c4x2 s3 st16")  # fmt: skip
+         "m64 n96 c2x2 sk2 st10", "swap m64 n8 c4x2 s3 st16", "swap m64 n16 c1 s1 st16 pdl")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -226,7 +226,8 @@ def test_fields_round_trip_and_name_a_config():
                          extra={"CLUSTER_M": 1, "CLUSTER_N": 4, "SPLIT_K": 1, "STREAM_K": 1, "SWAP_AB": 1})  # fmt: skip
     assert config_name(swapped) == "swap n200 c1x4 sk1 st8"
     assert heuristic.config_fields(swapped) == {"block_m": 128, "block_n": 200, "num_stages": 8, "CLUSTER_M": 1,
-                                                "CLUSTER_N": 4, "SPLIT_K": 1, "STREAM_K": 1, "SWAP_AB": 1}  # fmt: skip
+                                                "CLUSTER_N": 4, "SPLIT_K": 1, "STREAM_K": 1, "SWAP_AB": 1,
+                                                "PDL": 0}  # fmt: skip
     assert config_from_fields(heuristic.config_fields(swapped)) == swapped
     old = {"block_n": 256, "num_stages": 4, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1}  # a table before STREAM_K
     assert config_from_fields(old) == GemmConfig(block_m=128, block_n=256, num_stages=4,
@@ -280,8 +281,9 @@ def test_the_table_comes_first_then_the_model():
 
 def _table(root, gpu_folder: str, rows: list[dict]) -> None:
     folder = root / gpu_folder
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "autotune.json").write_text(json.dumps({"provenance": {}, "rows": rows}))
+    heuristic.table.cache_clear()
 
 
 @pytest.fixture
@@ -321,7 +323,11 @@ def test_a_table_entry_the_layout_cannot_take_is_passed_over(tables_dir):
     found, source = heuristic.pick_config(512, 512, 512, "fp16", *H200, False)
     assert source == "table" and found == config_from_fields(fields)
     assert heuristic.pick_config(512, 512, 512, "fp16", *H200, True)[1] == "heuristic"  # 64 / 2: half a box
-    assert heuristic.pick_config(512, 512, 512, "bf16", *H200, False)[1] == "heuristic"  # another dtype
+    assert heuristic.pick_config(512, 512, 512, "bf16", *H200, False) == (found, "table")  # FP16's entry serves
+    bf16 = {**fields, "block_n": 128}
+    _table(tables_dir, "h200", [{"dtype": d, "m": 512, "n": 512, "k": 512, "config": f}
+                                for d, f in (("fp16", fields), ("bf16", bf16))])  # fmt: skip
+    assert heuristic.pick_config(512, 512, 512, "bf16", *H200, False) == (config_from_fields(bf16), "table")
     assert heuristic.pick_config(512, 512, 512, "fp16", "NVIDIA H100", 132, False)[1] == "heuristic"  # no table
 
 

@@ -87,11 +87,32 @@ def test_the_128_byte_swizzle_spreads_a_column_of_8_rows_over_8_bank_groups():
         assert column_conflict_ways(chunk, swizzle=True) == 1
 
 
-@pytest.mark.parametrize("kernel", ["stages/v5_fused/kernel.cu", "deepgemm/kernels/gemm_sm90.cu"])
-def test_the_swizzle_model_is_the_formula_the_kernels_address_by(kernel):
-    """v5 and the library kernel write their store boxes at row * 128 + (group ^ (row % 8)) * 16: the
-    model's chunk ^ (row % 8)."""
+def test_the_swizzle_model_is_the_formula_v5_addresses_by():
+    """v5 writes its store boxes at row * 128 + (group ^ (row % 8)) * 16: the model's chunk ^ (row % 8)."""
     from pathlib import Path
 
-    source = (Path(__file__).resolve().parent.parent / kernel).read_text()
+    source = (Path(__file__).resolve().parent.parent / "stages/v5_fused/kernel.cu").read_text()
     assert "box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16)" in source
+
+
+def _epi_swizzle(offset: int, row_bytes: int) -> int:
+    """The library kernel's epi_swizzle, as written there (the test below reads it from the source)."""
+    return offset ^ (((offset >> 7) & (row_bytes // 16 - 1)) << 4)
+
+
+@pytest.mark.parametrize("row_bytes", [128, 64, 32])
+def test_the_library_kernels_store_swizzle_is_the_models_and_conflict_free_at_every_span(row_bytes):
+    """The library kernel stores C in chunks of 128, 64 or 32 bytes a row, each with the TMA swizzle of that
+    span: group bits XOR line bits. With 128-byte rows that is the model's chunk ^ (row % 8); at every span,
+    the 8 rows of one stmatrix matrix (one 16-byte group each) fall in 8 different bank groups."""
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parent.parent / "deepgemm/kernels/gemm_sm90.cu").read_text()
+    assert "return offset ^ (((offset >> 7) & (EPI_ROW_BYTES / 16 - 1)) << 4);" in source
+    groups = row_bytes // 16
+    for group in range(groups):
+        banks = [(_epi_swizzle(row * row_bytes + group * 16, row_bytes) // 16) % 8 for row in range(8)]
+        assert len(set(banks)) == 8, (row_bytes, group, banks)
+        if row_bytes == 128:
+            for row in range(16):
+                assert _epi_swizzle(row * 128 + group * 16, 128) == row * 128 + model.swizzled_chunk(row, group) * 16

@@ -253,12 +253,15 @@ def test_a_transposed_a_is_never_given_swap_ab(h200):
     assert source == "heuristic" and not cfg.extra.get("SWAP_AB")
 
 
-def test_bf16_is_looked_up_under_its_own_dtype(h200):
+def test_bf16_takes_its_own_entry_and_else_fp16s(h200):
     from deepgemm.dtypes import BFLOAT16
 
-    h200([_row(512, 768, 1024, block_n=128)])
     a, b = _gpu_array((512, 1024), dtype=BFLOAT16), _gpu_array((768, 1024), dtype=BFLOAT16, ptr=0x800000).T
-    assert chosen_config(check_operands(a, b), 0)[1] == "heuristic"
+    h200([_row(512, 768, 1024, block_n=128)])  # FP16 only
+    fp16_entry = heuristic.config_from_fields(_row(1, 1, 1, block_n=128)["config"])
+    assert chosen_config(check_operands(a, b), 0) == (fp16_entry, "table")
+    h200([_row(512, 768, 1024, block_n=128), {**_row(512, 768, 1024, block_n=64), "dtype": "bf16"}])
+    assert chosen_config(check_operands(a, b), 0)[0].block_n == 64
 
 
 # ---- the Hopper check ---------------------------------------------------------------------------------------
