@@ -429,7 +429,7 @@ def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrot
     launcher = stage_or_skip(LIBRARY)
     pdl = GemmConfig(block_n=64, extra={"CLUSTER_M": 1, "PDL": 1, "STREAM_K": 1})
     a, b = random_problem(256, 256, 256, BFLOAT16, seed=61)
-    b = b * 0.125  # each link multiplies the values' variance by 256 / 3 / 64: 20 links stay well in range
+    b = (b * 0.125).astype(b.dtype)  # each link multiplies the variance by 256 / 3 / 64: 20 links stay in range
     x, expected = a, a
     for _ in range(20):
         x = launcher.gemm(x, b, config=pdl)

@@ -126,21 +126,19 @@ def test_kernels_are_the_ones_recorded(progression):
 
 
 def test_the_autotune_tables_kernels_are_the_ones_recorded():
-    """The shape table and the autotune table ran v5 before the split, under many configurations (swap AB,
-    split-K, 64-row tiles); that v5 is the library's kernel now, which deepgemm.gemm runs with the package's
-    table. Each configuration the autotune record holds must compile, in the library's kernel as it is, to
-    the SASS of stages/v5_fused/kernel.cu at the record's commit. The library's kernel has no
-    WGMMA_IN_FLIGHT, TMA_STORE or TIMELINE: the recorded v5 compiles with its defaults for them, as its
-    launcher's defaults were (1, 1, 0)."""
+    """The autotune table (and the shape table that runs it) timed the library's kernel under many
+    configurations; deepgemm.gemm runs them with the package's table. Each configuration the record holds
+    must compile, in the library's kernel as it is, to the SASS of deepgemm/kernels/gemm_sm90.cu at the
+    record's commit."""
     from kernels import autotune_builds
 
     commit = results.load("autotune")["provenance"]["commit"]
-    then = _source_at(commit, "stages/v5_fused/kernel.cu")
+    then = _source_at(commit, "deepgemm/kernels/gemm_sm90.cu")
     builds = autotune_builds()
     assert builds, "the autotune record holds no configuration"
     for dtype, fields, defines in builds:
         assert _sass_of(then, dict(defines)) == _sass_now("library", dict(defines)), (
-            f"the library's kernel with {fields} {dtype} compiles differently from v5 at {commit[:12]}: "
+            f"the library's kernel with {fields} {dtype} compiles differently from itself at {commit[:12]}: "
             "record the autotune and shape tables again"
         )
 
