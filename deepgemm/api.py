@@ -8,10 +8,17 @@ stream: no checks, no DLPack, no CuPy launch.
 
 A call without a config runs the one this GPU's autotune table holds for its problem, or else the
 heuristic's pick (`deepgemm.heuristic`): tile, cluster, split-K and pipeline depth by shape.
+
+PyTorch tensors take `deepgemm.torch_ops.gemm` first, once torch is imported: a plain eager call comes back
+to `launch` here, and one whose result needs a gradient, or that torch.compile traces, goes through the
+registered op (`torch.ops.deepgemm.gemm`). A plan is never built while the caller's stream captures a CUDA
+graph: the build compiles and loads a kernel and asks the GPU for its limits, none of which a graph can hold.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from deepgemm import plan
@@ -46,7 +53,47 @@ def gemm(
     current stream, so that torch's stream-ordered allocator cannot hand inputs dropped after the call
     to other work before the kernel has read them. With `out`, the result is `out` itself. Arrays of another
     framework (DLPack, __cuda_array_interface__) are read as CuPy views and give a CuPy array.
+
+    With torch tensors the call is the operator `torch.ops.deepgemm.gemm` (`deepgemm.torch_ops`): a result that
+    needs a gradient carries a backward, torch.compile traces the call without a graph break, and a CUDA
+    graph captures it once the same call has run before the capture.
     """
+    if isinstance(a, TORCH_TENSOR):  # autograd and torch.compile need the registered op (deepgemm.torch_ops)
+        return TORCH_GEMM(a, b, bias, alpha, activation, out_dtype, out, config)
+    if TORCH_TENSOR is NoTorch and "torch" in sys.modules:  # torch imported after deepgemm: register its ops now
+        if sys.modules["torch"].compiler.is_compiling():  # too late for this trace: its guards saw no ops
+            raise RuntimeError(UNREGISTERED_UNDER_COMPILE)
+        import deepgemm.torch_ops as torch_ops  # sets TORCH_TENSOR and TORCH_GEMM for the calls after this one
+
+        if isinstance(a, torch_ops.torch.Tensor):
+            return torch_ops.gemm(a, b, bias, alpha, activation, out_dtype, out, config)
+    return launch(a, b, bias, alpha, activation, out_dtype, out, config)
+
+
+class NoTorch:
+    """What TORCH_TENSOR is until deepgemm.torch_ops registers torch's ops: a type nothing is an instance of."""
+
+
+TORCH_TENSOR: type = NoTorch  # torch.Tensor once deepgemm.torch_ops is imported
+TORCH_GEMM: Callable[..., Any] | None = None  # deepgemm.torch_ops.gemm: the call for a torch tensor a
+UNREGISTERED_UNDER_COMPILE = (
+    "deepgemm was imported before torch, and torch.compile met deepgemm.gemm before any eager call registered "
+    "its torch ops: import torch before deepgemm (or import deepgemm.nn) ahead of torch.compile"
+)
+
+
+def launch(
+    a: Any,
+    b: Any,
+    bias: Any,
+    alpha: float,
+    activation: str | None,
+    out_dtype: Any,
+    out: Any,
+    config: GemmConfig | None,
+) -> Any:
+    """The planned call, `gemm` without autograd or tracing: the plan of the call's key (built on the first
+    call of a key), run on the caller's arrays."""
     framework = framework_of(a)
     try:
         key = plan_key(framework, a, b, bias, out, activation, out_dtype, config)
@@ -55,6 +102,7 @@ def gemm(
         return gemm_as_cupy(a, b, bias=bias, alpha=alpha, activation=activation, out_dtype=out_dtype, out=out,
                             config=config)  # fmt: skip
     if found is None:
+        require_not_capturing(framework, a)
         found = plan.build(framework, a, b, bias, out, activation=activation, out_dtype=out_dtype, config=config)
         if len(_PLANS) >= PLAN_CACHE_SIZE:
             _PLANS.pop(next(iter(_PLANS)))
@@ -63,6 +111,18 @@ def gemm(
 
 
 _PLANS: dict[tuple, plan.Plan] = {}
+
+CAPTURE_MESSAGE = (
+    "deepgemm.gemm: this call has no plan yet, and a plan cannot be built while the stream captures a CUDA graph "
+    "(building one compiles and loads a kernel and queries the GPU). Warm up first: make the same call (shapes, "
+    "layouts, dtypes, options) once before the capture, as torch.cuda.graphs asks of every library"
+)
+
+
+def require_not_capturing(framework: Cupy | Torch, a: Any) -> None:
+    """RuntimeError where the caller's current stream on a's device is capturing a CUDA graph."""
+    if framework.capturing(framework.meta(a)[3]):
+        raise RuntimeError(CAPTURE_MESSAGE)
 
 
 def plan_key(
@@ -110,7 +170,7 @@ def gemm_as_cupy(a: Any, b: Any, *, out: Any, bias: Any, **options: Any) -> Any:
         hash(plan_key(Cupy, *views, bias_view, out_view, activation, out_dtype, config))
     except TypeError as err:
         raise TypeError(f"gemm's options must be plain values (a plan is keyed by them): {err}") from None
-    result = gemm(*views, bias=bias_view, out=out_view, **options)
+    result = launch(*views, bias_view, options["alpha"], activation, out_dtype, out_view, config)
     return result if out is None else out
 
 

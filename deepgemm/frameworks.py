@@ -80,6 +80,11 @@ class Cupy:
         return nullcontext()
 
     @staticmethod
+    def capturing(device: int) -> bool:
+        """Whether CuPy's current stream is capturing a CUDA graph."""
+        return stream_capturing(cupy.cuda.get_current_stream().ptr)
+
+    @staticmethod
     def result(out: cupy.ndarray) -> cupy.ndarray:
         return out
 
@@ -138,6 +143,10 @@ class Torch:
         """CuPy work (checks, copies, the planned launch) on torch's current stream of `device`."""
         return cupy.cuda.Stream.from_external(StreamHandle(self.stream(device)))
 
+    def capturing(self, device: int) -> bool:
+        """Whether torch's current stream of `device` is capturing a CUDA graph."""
+        return stream_capturing(self.stream(device))
+
     @staticmethod
     def result(out: Any) -> Any:
         return out
@@ -173,7 +182,13 @@ def torch_view(x: Any) -> cupy.ndarray | None:
     return cupy.ndarray(tuple(x.shape), dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
 
 
-
+def stream_capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (or its capture was invalidated: nothing may be queued on it).
+    The legacy default stream cannot be asked while another stream captures: CUDA's error there counts as yes."""
+    try:
+        return bool(cupy.cuda.runtime.streamIsCapturing(stream))
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return True
 
 
 def is_cuda_tensor(x: Any) -> bool:

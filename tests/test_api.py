@@ -37,6 +37,12 @@ class _Framework:
     def pointer(x: object) -> int:
         return x.ptr
 
+    capturing_now = False  # what `capturing` answers: whether the caller's stream captures a CUDA graph
+
+    @classmethod
+    def capturing(cls, device: int) -> bool:
+        return cls.capturing_now
+
 
 def _array(shape=(128, 64), strides=(128, 2), ptr=0x10000, device=0) -> object:
     return SimpleNamespace(shape=shape, strides=strides, dtype="float16", device=device, ptr=ptr)
@@ -226,3 +232,17 @@ def test_config_of_says_what_a_call_runs_and_from_where(monkeypatch):
     assert asked == [(4, 6, 8, 0, mine)]
     with pytest.raises(ValueError, match="b has 9 rows but a has K = 8 columns"):
         api.config_of(_gpu_array((4, 8)), _gpu_array((9, 6)))
+
+
+def test_no_plan_is_built_while_the_stream_captures_a_graph(plans, monkeypatch):
+    """A plan's build compiles, loads and queries the GPU, none of which a CUDA graph can hold: a key without a
+    plan refuses a capture and says to warm up; a key with one launches as in any other call."""
+    from deepgemm import gemm
+
+    b = _array((64, 32), (64, 2))
+    gemm(_array(), b)  # the warm-up: the key's plan
+    monkeypatch.setattr(_Framework, "capturing_now", True)
+    gemm(_array(ptr=0x20000), b)  # captured: the same key
+    with pytest.raises(RuntimeError, match="Warm up first: make the same call"):
+        gemm(_array((256, 64)), b)  # another key
+    assert len(plans) == 1 and len(plans[0].calls) == 2
