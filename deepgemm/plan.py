@@ -196,8 +196,14 @@ class Plan:
             bias = fw.float32_vector(bias)  # on the same stream as the kernel: it lives until the kernel ran
         values = {"out": fw.pointer(result), "alpha": alpha, "bias": 0 if bias is None else fw.pointer(bias)}
         stream = fw.stream(self.device)
-        if self.scratch[0]:  # without split-K the buffer keeps its null pointers: nothing to write
-            values["partials"], values["counters"] = split_k_scratch_pointers(fw, self.device, stream, self.scratch, a)
+        captured = None
+        if self.scratch[0]:  # without a cut tile the buffer keeps its null pointers: nothing to write
+            if fw.capturing(self.device):  # a graph gets a pair of its own, zeroed by a node of that graph
+                captured = capture_scratch(fw, self.scratch, a)
+                values["partials"], values["counters"] = fw.pointer(captured[0]), fw.pointer(captured[1])
+            else:
+                values["partials"], values["counters"] = split_k_scratch_pointers(fw, self.device, stream,
+                                                                                  self.scratch, a)  # fmt: skip
         # Held until the kernel is queued: a buffer dropped earlier goes back to the framework's allocator,
         # which may hand its memory to the next one (the padded out) for the same kernel to write into.
         staged = None
@@ -221,7 +227,7 @@ class Plan:
             check(status, f"cuLaunchKernel of {self.kernel_name}")
         if written is not None:
             fw.copy(result, written)
-        del staged  # the copies are queued before the kernel on this stream: their memory may be reused now
+        del staged, captured  # queued before (the copies, the zeroing) or with the kernel on this stream
         return result
 
     def operand_pointer(self, operand: Operand, name: str, a: Any, b: Any, values: dict[str, Any]) -> Any:
@@ -410,6 +416,21 @@ def require_hopper(device: int) -> None:
 
 _SCRATCH: dict[tuple[str, int, int], tuple[Any, Any]] = {}  # (framework, device, stream) -> split-K's scratch
 _SCRATCH_LOCK = threading.Lock()
+_CAPTURED: list[tuple[Any, Any]] = []  # CuPy's captured scratch, held for the process (see capture_scratch)
+
+
+def capture_scratch(fw: Cupy | Torch, need: tuple[int, int], like: Any) -> tuple[Any, Any]:
+    """A fresh pair of need[0] fp32 partials and need[1] zeroed counters for a launch being captured in a
+    CUDA graph: the zeroing is then a node of that graph, run before the kernel at every replay, and no two
+    graphs share a pair (the stream's shared pair would be zeroed only by the graph that first allocated
+    it, and graphs replayed at once on two streams would race on it). torch allocates it in the graph's
+    own pool, which keeps it as long as the graph; CuPy's pool does not know graphs, so the pair is held
+    for the process."""
+    f32 = fw.framework_dtype(FLOAT32)
+    pair = (fw.empty((1, need[0]), f32, like), fw.zeros((1, need[1]), f32, like))
+    if fw.name == "cupy":
+        _CAPTURED.append(pair)
+    return pair
 
 
 def split_k_scratch_pointers(

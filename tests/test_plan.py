@@ -296,6 +296,7 @@ class HostFramework:
         self.arrays: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
         self.current_stream = stream
         self.allocated: list[tuple] = []
+        self.capture = False  # whether the current stream is capturing a CUDA graph
 
     def empty(self, shape, dtype, like):
         x = np.full(shape, np.nan, dtype=dtype)
@@ -315,6 +316,9 @@ class HostFramework:
 
     def stream(self, device: int) -> int:
         return self.current_stream
+
+    def capturing(self, device: int) -> bool:
+        return self.capture
 
     @staticmethod
     def framework_dtype(dtype):
@@ -354,6 +358,8 @@ class FakeKernel:
     def launch(self, stream: int) -> int:
         assert self.plan.lock.locked(), "slots written and launched outside the plan's lock"
         self.launches.append((stream, dict(self.values)))
+        counters = self.fw.arrays.get(self.values.get("counters", 0))
+        self.counters_seen = None if counters is None else counters.copy()  # alive until the launch is queued
         if self.status:
             return self.status
         a, b = self.operand("a", self.plan.kernel_a), self.operand("b", self.plan.kernel_b)
@@ -515,6 +521,22 @@ def test_a_split_k_call_hands_the_kernel_its_streams_scratch(rng, scratch):
     fw.current_stream = 9  # another stream: its own pair, so that two launches never share counters
     call.run(a, b, None, 1.0, None)
     assert kernel.values["partials"] == scratch[("host", 0, 9)][0].ctypes.data != partials.ctypes.data
+
+
+def test_a_call_being_captured_gets_a_zeroed_scratch_of_its_own(rng, scratch):
+    """In a CUDA graph the stream's shared pair would be zeroed only by the graph that allocated it, and two
+    graphs replayed at once would share it: each captured launch gets a fresh pair, its counters zeroed on
+    the stream (a node of the graph), and the stream's pair is neither made nor touched."""
+    fw, (m, n, k) = HostFramework(), (6, 10, 64)
+    kernel = FakeKernel(fw)
+    call = _plan(fw, kernel, m=m, n=n, scratch=(3 * 128 * 256, 8))
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)).T
+    fw.capture = True
+    for _ in range(2):
+        call.run(a, b, None, 1.0, None)
+        assert (kernel.counters_seen == 0).all()
+    assert ("host", 0, 7) not in scratch  # the stream's shared pair: never made under capture
+    assert fw.allocated.count((1, 3 * 128 * 256)) == 2 and fw.allocated.count((1, 8)) == 2  # a pair per launch
 
 
 def test_a_failed_launch_names_the_kernel_and_the_drivers_error(rng):
