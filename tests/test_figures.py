@@ -105,3 +105,27 @@ def test_each_stage_s_tiles_fill_the_tile_above_them_exactly():
     assert figures.stage_tiles("v2_mma_sync")[-1][:3] == ("mma.sync m16n8k16", 16, 8)
     assert figures.stage_tiles("v5_fused")[0][:3] == ("cluster", 256, 256)
     assert len(figures.tile_hierarchy().axes) == len(STAGES)
+
+
+def test_stream_k_plot_draws_every_segment_of_every_worker_in_both_panels():
+    fig = figures.stream_k_plot(19, 8, 5)
+    whole, cut = fig.axes
+    for ax, runs in ((whole, tables.worker_runs(19, 8, 5)), (cut, tables.worker_runs(19, 8, 5, stream_k=1))):
+        assert len(ax.collections) == sum(len(segments) for segments in runs)
+        busiest = max(sum(end - begin for _, begin, end in segments) for segments in runs)
+        assert f"the busiest {busiest} k-tiles" in ax.get_title()
+    assert any(t.get_text() == "1 idle" for t in whole.texts)  # 19 tiles take 3 rounds on 8 slots or on 7
+
+
+def test_shapes_plot_reads_only_the_graph_times():
+    """SYNTHETIC rows with nothing but the shape and the two graph times: one point per row of the dtype on
+    the right, one per M of the N = K = 4096 sweep on the left, and a ratio off the scale written beside."""
+    rows = [{"dtype": "fp16", "m": m, "n": n, "k": 4096, "graph_us": 10.0, "torch_graph_us": t}
+            for m, n, t in ((1, 4096, 11.0), (64, 4096, 9.0), (1, 2048, 10.0), (4096, 2048, 30.0))]  # fmt: skip
+    fig = figures.shapes_plot([*rows, {**rows[0], "dtype": "bf16"}], "fp16")
+    time_ax, ratio_ax = fig.axes
+    assert [list(line.get_xdata()) for line in time_ax.lines] == [[1, 64], [1, 64]]
+    plotted = sorted(y for line in ratio_ax.lines if not line.get_label().startswith("_") for y in line.get_ydata())
+    assert plotted == pytest.approx([0.9, 1.0, 1.1, figures.RATIO_TOP])
+    assert [t.get_text() for t in ratio_ax.texts] == ["3.0"]
+    assert count_bars(figures.shapes_plot(rows, "bf16")) == 0

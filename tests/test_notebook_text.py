@@ -18,7 +18,7 @@ from types import ModuleType
 
 import pytest
 
-from deepgemm import model
+from deepgemm import heuristic, model
 from lab import RESULTS_DIR as LAB_RESULTS_DIR
 from lab import cli as lab_cli
 from lab import sweeps as lab_sweeps
@@ -276,27 +276,48 @@ def test_notebook_03_counts_v2s_conflict_with_pitfalls():
 # ---- 3. tile rounds, from the model ---------------------------------------------------------------------
 
 
+def flat(text: str) -> str:
+    """Text with every run of whitespace one space: sentences wrap anywhere in a cell's source."""
+    return " ".join(text.split())
+
+
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
 def test_notebook_07_round_counts_agree_with_the_model():
     nb = notebook("07")
-    text = markdown(nb)
-    assert "66 clusters" not in text and "two-thirds" not in text
-    narrow = model.tile_rounds(4096, 2112, 128, 192, 2, 132)
-    said = re.search(
-        r"the (\d+) cluster tiles take (\w+) rounds .* (\d+) CTAs, and a tenth of the (\d+) SMs idle",
-        text.replace("\n", " "),
-    )
-    assert said, "the 4096 x 2112 sentence moved"
-    tiles, rounds, ctas, sms = said.groups()
-    assert (int(tiles), ctas, sms) == (narrow["cluster_tiles"], str(narrow["ctas"]), "132")
-    assert {"three": 3}[rounds] == narrow["rounds"]
-    assert round(1 - narrow["ctas"] / 132, 1) == 0.1
-    assert 2112 % 192 == 0 and model.ceil_div(2112, 256) == 9 and 2112 - 8 * 256 == 256 // 4
+    text = flat(markdown(nb))
     square, skinny = model.tile_rounds(4096, 4096, 128, 256, 2, 132), model.tile_rounds(128, 4096, 128, 256, 2, 132)
-    assert "256 cluster tiles,\nwhich 64 clusters take in four full rounds" in text
     assert (square["cluster_tiles"], square["ctas"] // 2, square["rounds"]) == (256, 64, 4)
-    assert "16 cluster tiles: 32 CTAs" in text and (skinny["cluster_tiles"], skinny["ctas"]) == (16, 32)
-    rounds_cell = cell(nb, "07-rounds-2112")
-    assert "model.tile_rounds" in source(rounds_cell)
+    assert "256 cluster tiles, which 64 clusters take in four full rounds" in text
+    assert f"{skinny['cluster_tiles']} cluster tiles: {skinny['ctas']} CTAs work on a 132-SM GPU" in text
+    below = [model.tile_rounds(m, 4096, 128, 256, 2, 132) for m in (1, 16, 64, 128, 256, 512)]
+    assert "Below M = 1024 the output is one round and most SMs idle" in text
+    assert all(r["rounds"] == 1 and r["sms_busy_pct"] < 50 for r in below)
+    wide, narrow = model.tile_rounds(4096, 2112, 128, 256, 1, 132), model.tile_rounds(4096, 2112, 128, 192, 1, 132)
+    tiles, ctas, idle = wide["cluster_tiles"], wide["ctas"], 132 - wide["ctas"]
+    full, last = divmod(tiles, 132)
+    assert f"is {tiles} tiles: {NUMBER_WORDS[full]} rounds of 132, then {last}" in text
+    assert f"(`model.balanced_workers`), {ctas}, and {idle} SMs idle throughout" in text
+    assert f"2112 = {2112 // 192} x 192: {narrow['cluster_tiles']} tiles on {narrow['ctas']} SMs" in text
+    assert 2112 % 192 == 0 and "model.tile_rounds" in source(cell(nb, "07-rounds-2112"))
+    k_tiles = 7168 // 64
+    whole, cut = tables.worker_runs(tiles, 132, k_tiles), tables.worker_runs(tiles, 132, k_tiles, stream_k=1)
+    busiest = [max(sum(end - begin for _, begin, end in segments) for segments in runs) for runs in (whole, cut)]
+    sk_tiles, sk_workers = model.stream_k_schedule(tiles, 132, k_tiles)
+    owners = [model.worker_of_k_tile(k, sk_tiles * k_tiles, sk_workers) for k in range(sk_tiles * k_tiles)]
+    runs = {owners.count(w) for w in range(sk_workers)}
+    each = NUMBER_WORDS[tiles // len(whole)]
+    assert f"{tiles} tiles, each 7168 / 64 = {k_tiles} k-tiles deep" in text
+    assert f"{len(whole)} CTAs run {each} tiles each, {busiest[0]} k-tiles, while {idle} SMs idle" in text
+    assert f"all {len(cut)} SMs run {NUMBER_WORDS[full]} whole tiles" in text
+    assert f"the last {sk_tiles} tiles' {sk_tiles * k_tiles} k-tiles" in text
+    assert f"cut into {sk_workers} runs of {min(runs)} or {max(runs)}" in text
+    assert f"the busiest runs {busiest[1]} k-tiles, {round(100 * (1 - busiest[1] / busiest[0]))}% fewer" in text
+    assert "tables.worker_runs" in text and "figures.stream_k_plot" in source(cell(nb, "07-sk-plot"))
+    first_cut = tables.cut_tiles(tiles, 132, k_tiles)[0]
+    assert f"{NUMBER_WORDS[len(first_cut['workers'])].capitalize()} fp32 partials of a 128 x 256 tile" in text
+    assert f"tile {first_cut['tile']}: workers 0 to {first_cut['workers'][-1]}," in stream_text(cell(nb, "07-fixup"))
 
 
 def test_notebook_06_exercise_agrees_with_the_model():
@@ -359,42 +380,243 @@ def test_notebook_05_tile_order_numbers_are_the_records():
     assert "a little more than the spread" in text and max(runs) / min(runs) < 1 / v5[1, 8192]
 
 
-def test_notebook_07_level_shapes_are_the_records():
-    rows = [r for r in results.load("shapes")["rows"] if r["m"] >= 1024 and (r["m"], r["n"]) not in ((4097, 4097),)
-            and (r["m"], r["n"], r["k"]) != (3000, 5000, 700)]  # fmt: skip
-    ratios = [r["x_torch"] for r in rows]
-    text = markdown(notebook("07")).replace("\n", " ")
-    assert "0.93 to 1.02, median 0.994" in text
-    assert (round(min(ratios), 2), round(max(ratios), 2), round(statistics.median(ratios), 3)) == (0.93, 1.02, 0.994)
-    assert all(int(re.search(r"n(\d+)", r["config"]).group(1)) >= 128 for r in rows)  # "BLOCK_N 128 to 256"
+# ---- notebook 07 (issue 25): each number its text states, from the record or the model it comes from -----
 
 
-# ---- 6. notebook 06 teaches today's v5; 07 walks the library's additions --------------------------------
+def space_row(m: int, n: int, k: int) -> dict:
+    """The lab sweep's row of one shape (lab/results/h200/library_space.json)."""
+    return next(r for r in results.load("library_space", LAB_RESULTS)["rows"] if (r["m"], r["n"], r["k"]) == (m, n, k))
 
 
-def test_notebook_06_teaches_only_v5s_four_techniques():
-    text = markdown(notebook("06"))
-    for library_only in ("SPLIT_K", "split-K", "SWAP_AB", "swap AB", "CLUSTER_N", "MN_MAJOR", "SiLU", "BLOCK_N 192",
-                         "[5]", "[6]", "[7]", "[8]", "[9]"):  # fmt: skip
-        assert library_only not in text, library_only
-    assert 1350 <= words(notebook("06")) <= 1650
+def busiest(runs: list) -> int:
+    """The k-tiles of the busiest worker in `tables.worker_runs`."""
+    return max(sum(end - begin for _, begin, end in segments) for segments in runs)
 
 
-def test_notebook_05_stays_about_1500_words():
-    assert 1350 <= words(notebook("05")) <= 1650
+def test_notebook_07_swap_ab_padding_and_times_are_the_records():
+    text = flat(markdown(notebook("07")))
+    ways = {(w["orientation"], w["width"]): w for w in tables.token_tiles(777)}
+    plain, swapped = ways["plain", 128], ways["swapped", 200]
+    padding = round(100 - plain["rows_of_c_pct"])
+    assert (
+        f"777 tokens are {plain['tiles']} x 128 = {plain['rows']} rows plain, {padding}% of them padding, "
+        f"but {swapped['tiles']} x 200 = {swapped['rows']} swapped"
+    ) in text
+    assert "63 or 127 rows of padding" in text and heuristic.BLOCK_M_STEP - 1 == 63 and heuristic.MAX_BLOCK_M - 1 == 127
+    sweep = {(s["m"], s["n"]): s for s in tables.space_summary(results.load("library_space", LAB_RESULTS)["rows"])}
+    at_777, one, sixteen, big = sweep[777, 4096], sweep[1, 4096], sweep[16, 4096], sweep[1, 28672]
+    assert at_777["best"].startswith("swap n200 ")
+    said = f"swapped 4 x 200 tiles ran {at_777['swapped_us']:.1f} µs, the best plain configuration"
+    assert f"{said} {at_777['plain_us']:.1f}" in text
+    assert f"{one['swapped_us']:.1f}" == f"{sixteen['swapped_us']:.1f}"
+    assert f"ran {one['swapped_us']:.1f} µs against {one['plain_us']:.1f} and {sixteen['plain_us']:.1f} plain" in text
+    assert "n8 " in one["best"] and "n16 " in sixteen["best"]  # "8- and 16-wide token tiles"
+    assert "the two are within 5%" in text and 1 < big["plain_us"] / big["swapped_us"] < 1.05
+    assert f"{28672 * 4096 * 2 // 2**20} MB read once" in text
+    hundred = {w["orientation"]: w for w in tables.token_tiles(100)[::-1]}  # the first of each orientation
+    swap, flat_tile = hundred["swapped"], hundred["plain"]
+    assert swap["tiles"] == 1 and (
+        f"one swapped tile of {swap['rows']} rows ({round(swap['rows_of_c_pct'])}% of them C), "
+        f"against {flat_tile['rows']} plain ({round(flat_tile['rows_of_c_pct'])}%)"
+    ) in text
+
+
+def test_notebook_07_stream_k_numbers_are_the_sweep_and_the_schedule():
+    text = flat(markdown(notebook("07")))
+    pairs = {p["tile"]: p for p in tables.schedule_pairs(space_row(4096, 2112, 7168)["candidates"])}
+    wide, fits = pairs["n256 c1"], pairs["n192 c2"]
+    said = f"stream-K took {wide['whole_us']:.1f} µs down to {wide['sk1_us']:.1f}, {wide['x_sk']:.2f} times faster"
+    assert said in text
+    ratio = busiest(tables.worker_runs(288, 132, 112)) / busiest(tables.worker_runs(288, 132, 112, stream_k=1))
+    assert f"(the k-tiles said {ratio:.2f}:" in text and wide["x_sk"] < ratio
+    assert f"ran {fits['whole_us']:.1f} µs whole and {fits['sk1_us']:.1f} cut" in text
+    tuned = results.load("autotune")["rows"]
+    streamed = [r for r in tuned if r["config"].get("STREAM_K")]
+    assert f"picks stream-K at {len(streamed)} of its {len(tuned)} shapes" in text
+    assert all(p["sk2_us"] > p["sk1_us"] for p in pairs.values())  # "slower at every tile"
+    two, one = tables.cut_tiles(288, 132, 112, stream_k=2), tables.cut_tiles(288, 132, 112)
+    most = busiest(tables.worker_runs(288, 132, 112, stream_k=2))
+    said = f"the busiest worker runs {most} k-tiles either way, but {len(two)} tiles are cut"
+    assert f"{said} instead of {len(one)}" in text
+    price = {s: heuristic.estimate_us(4096, 2112, 7168, heuristic.Tiling(128, 256, stream_k=s), 132) for s in (1, 2)}
+    assert "prices stream-K over two rounds below stream-K over one" in text and price[2] < price[1]
+
+
+def test_notebook_07_sweep_clusters_and_pdl_are_the_records():
+    text = flat(markdown(notebook("07")))
+    record = results.load("library_space", LAB_RESULTS)
+    candidates = [c for r in record["rows"] for c in r["candidates"]]
+    assert all(c["passed"] for c in candidates) and f"{len(candidates)} configurations, each verified" in text
+    assert f"at {len(record['rows'])} shapes" in text and record["provenance"]["commit"] == "b01e3f2-dirty"
+    sweep = tables.space_summary(record["rows"])
+    level = [s for s in sweep if s["x_torch"] >= 1]
+    assert [(s["m"], s["n"]) for s in level] == [(1, 4096), (16, 4096), (256, 4096), (128, 28672)]
+    assert f"reaches `torch.matmul` at {len(level)} of the {len(sweep)} shapes" in text
+    rest = [s["x_torch"] for s in sweep if s["x_torch"] < 1 and (s["n"], s["k"]) == (4096, 4096)]
+    assert f"its fastest is {min(rest):.2f} to {max(rest):.2f} of it" in text
+    fast = [s["best_us"] - s["pdl_us"] for s in sweep if s["best_us"] < heuristic.PDL_BELOW_US]
+    slow = [s["pdl_us"] - s["best_us"] for s in sweep if s["best_us"] >= heuristic.PDL_BELOW_US]
+    hurt = [d for d in slow if d > 0]
+    assert min(fast) > 0 and (
+        f"PDL took {min(fast):.1f} to {max(fast):.1f} µs off each of the {len(fast)} shapes whose fastest ran under "
+        f"{heuristic.PDL_BELOW_US:.0f} µs, and added {min(hurt):.1f} to {max(hurt):.1f} µs "
+        f"at {len(hurt)} of the {len(slow)} above"
+    ) in text
+    slots = heuristic.CLUSTER_SLOTS[132]
+    assert f"{slots[2]} clusters of two fit at once, only {slots[4]} of four" in text
+    alone, four = heuristic.Tiling(128, 200, swap_ab=True), heuristic.Tiling(128, 200, 1, 4, swap_ab=True)
+    tiles = (heuristic.tiles_of(777, 4096, alone), heuristic.tiles_of(777, 4096, four))
+    us = {c["name"]: c["us"] for c in space_row(777, 4096, 4096)["candidates"]}
+    assert tiles[0] <= 132 and slots[4] < tiles[1] <= 2 * slots[4] and (
+        f"are 32 x 4 = {tiles[0]} tiles, one round; in clusters of four along the tokens, {tiles[1]} cluster tiles on "
+        f"{slots[4]} slots, two rounds: {us['swap n200 c1x4 s1 st5']:.1f} µs against {us['swap n200 c1 s1 st5']:.1f}"
+    ) in text
+
+
+def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
+    from tutorial import autotune
+
+    text = flat(markdown(notebook("07")))
+    assert f"({len(heuristic.candidates(777, 4096, 4096, 132))} configurations at 777 x 4096 x 4096)" in text
+    row = next(r for r in results.load("autotune")["rows"] if (r["m"], r["n"], r["k"]) == (4096, 2112, 7168))
+    timed = {c["name"]: c["us"] for c in row["candidates"] if c["passed"] and not c["config"].get("PDL")}
+    cheapest = heuristic.candidates(4096, 2112, 7168, 132)[:4]
+    spread = max(c.estimate_us for c in cheapest) - min(c.estimate_us for c in cheapest)
+    measured = [timed[c.name()] for c in cheapest]
+    fastest = min(timed, key=timed.get)
+    assert spread < 0.3
+    assert f"within 0.3 µs of each other in the model and {min(measured):.1f} to {max(measured):.1f}" in text
+    assert cheapest[0].stream_k == 2 and fastest.startswith("n176 c2 s1 ")
+    assert f"ran {round(100 * (timed[cheapest[0].name()] / timed[fastest] - 1))}% slower than the fastest" in text
+    regrets, _ = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
+    mean, worst = 100 * (statistics.mean(regrets) - 1), 100 * (max(regrets) - 1)
+    assert f"{mean:.1f}% from the fastest on average, {worst:.1f}% at worst" in text and mean > 3 and worst > 10
+    alone = tables.band_summary(results.load("shapes")["rows"])
+    line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
+    assert f"alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
+    assert f"this kernel's BLOCK_M stops at {heuristic.MAX_BLOCK_M}" in text
+    assert f"the model's {autotune.CANDIDATES} cheapest" in text
+
+
+def test_notebook_07_shape_table_numbers_are_the_record():
+    text = flat(markdown(notebook("07")))
+    record = results.load("shapes")
+    rows = record["rows"]
+    summary = {(line["ratio"], line["band"]): line for line in tables.band_summary(rows)}
+    said = {
+        "graph, table": "In graphs, with the table's pick, {n} of the {rows} rows are at 1.0x or better",
+        "graph, heuristic": "The heuristic alone: {n} rows",
+        "per call, table": "Per call, with the table: {n} rows",
+    }
+    for label, start in said.items():
+        line = summary[label, "all"]
+        start = start.format(n=line["at_least_1"], rows=line["rows"])
+        assert f"{start}, median {line['median']:.3f}, worst {line['worst']:.3f}" in text
+    line = summary["graph, table", "all"]
+    assert "are not met" in text and (line["at_least_1"] < 0.9 * line["rows"] or line["median"] < 1.03)
+    mid = [summary["graph, table", band]["worst"] for band in ("33-500", "501-1500")]
+    large = summary["graph, table", ">1500"]["median"]
+    assert f"the widest gaps, {min(mid):.2f} to {max(mid):.2f}" in text
+    assert f"the lowest median in graphs, {large:.3f}" in text
+    assert large == min(summary["graph, table", band]["median"] for band in ("1-32", "33-500", "501-1500", ">1500"))
+
+    def x(dtype: str, m: int, n: int, k: int, field: str = "x_torch_graph") -> float:
+        return next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == (dtype, m, n, k))[field]
+
+    sweep = [r for r in rows if r["dtype"] == "fp16" and (r["n"], r["k"]) == (4096, 4096)]
+    ours, torch = ([r[f] for r in sweep if r["m"] <= 8] for f in ("graph_us", "torch_graph_us"))
+    level = [r["x_torch_graph"] for r in sweep if r["m"] >= 384]
+    assert min(level) > 0.9 and max(level) < 1.1 and (
+        f"up to M = 8 at N = K = 4096 the call runs {min(ours):.1f} to {max(ours):.1f} µs where `torch.matmul` takes "
+        f"{min(torch):.1f} to {max(torch):.1f}; from M = 384 on the two are within 10% "
+        f"({min(level):.2f} to {max(level):.2f})"
+    ) in text
+    big = [r["x_torch_graph"] for r in rows if r["n"] == 28672 and r["m"] <= 32]
+    behind = [ratio for ratio in big if ratio < 1]
+    assert f"most rows of M 1 to 32 at 28672 x 4096, {min(behind):.2f} to {max(behind):.2f}" in text
+    assert len(behind) > len(big) / 2
+    stream = {(b["dtype"], b["n"], b["k"]): b for b in tables.m1_bandwidth(rows)}
+    ours_tbs, torch_tbs = (stream["fp16", 28672, 4096][f] / 1e3 for f in ("graph_gbs", "torch_graph_gbs"))
+    assert f"streams {ours_tbs:.2f} TB/s where `torch.matmul` streams {torch_tbs:.2f}" in text
+    assert (
+        f"512 x 2112 x 7168 at {x('fp16', 512, 2112, 7168):.2f} and {x('bf16', 512, 2112, 7168):.2f}, "
+        f"768 x 28672 x 4096 at {x('fp16', 768, 28672, 4096):.2f}, "
+        f"192 x 28672 x 4096 at {x('fp16', 192, 28672, 4096):.2f} (FP16)"
+    ) in text
+    assert (
+        f"8192 x 28672 x 4096 at {x('bf16', 8192, 28672, 4096):.2f}, "
+        f"2048 x 4096 x 14336 at {x('bf16', 2048, 4096, 14336):.2f}"
+    ) in text
+    heuristic_768 = x("fp16", 768, 28672, 4096, "x_torch_graph_heuristic")
+    said = f"the heuristic's pick ran {heuristic_768:.2f}x where the table's ran {x('fp16', 768, 28672, 4096):.2f}x"
+    assert said in text
+    pdl = [r for d in ("fp16", "bf16") for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == (d, 4096, 6144, 4096)]
+    assert all(r["config"] == r["heuristic_config"] + " pdl" for r in pdl)
+    assert pdl[1]["graph_sm_clock_mhz"] > pdl[1]["heuristic_graph_sm_clock_mhz"]  # "at the higher clock"
+    assert (
+        f"the table's tile with PDL ran {pdl[0]['graph_us']:.1f} and {pdl[1]['graph_us']:.1f} µs (FP16, BF16), "
+        f"without it {pdl[0]['heuristic_graph_us']:.1f} and {pdl[1]['heuristic_graph_us']:.1f}"
+    ) in text
+    blocks = {(b["dtype"], b["m"]): b["x_torch_graph"] for b in record["block"]}
+    for m in (128, 2048, 1):
+        low, high = sorted(blocks[dtype, m] for dtype in ("fp16", "bf16"))
+        assert f"{low:.2f} to {high:.2f}x at M = {m}" in text
+    gemms = [x(d, 1, n, k) for d in ("fp16", "bf16") for n, k in ((6144, 4096), (28672, 4096), (4096, 14336))]
+    assert f"(all but 4096 x 4096) run {min(gemms):.2f} to {max(gemms):.2f}x of `torch.matmul`" in text
+    assert min(x(dtype, 1, 4096, 4096) for dtype in ("fp16", "bf16")) > 1 > max(gemms)
+    judged = [b for b in stream.values() if b["aim"] != "-"]
+    met = {(b["n"], b["k"]) for b in judged if b["aim"] == "yes"}
+    assert all(((b["n"], b["k"]) in met) == (b["aim"] == "yes") for b in judged)  # the same weights in both dtypes
+    said = f"{NUMBER_WORDS[len(met)].capitalize()} of the {NUMBER_WORDS[len(judged) // 2]} weights"
+    assert f"{said} of 32 MB or more reach it in both dtypes" in text
+    short = [stream[d, 4096, 7168]["graph_gbs"] for d in ("fp16", "bf16")]
+    slow = [stream[d, n, 4096]["graph_gbs"] / 1e3 for d in ("fp16", "bf16") for n in (4096, 6144)]
+    assert "4096 x 7168 falls just short" in text and min(short) > 3400 and max(short) < tables.STREAM_AIM_GBS
+    assert f"stream {min(slow):.1f} to {max(slow):.1f} TB/s (still ahead of `torch.matmul` at 4096 x 4096)" in text
+    assert all(stream[d, 4096, 4096]["graph_gbs"] > stream[d, 4096, 4096]["torch_graph_gbs"] for d in ("fp16", "bf16"))
+    under = [b["graph_gbs"] / 1e3 for b in judged if b["aim"] == "no"]
+    weights = [b["weight_mb"] for b in judged if b["aim"] == "no"]
+    assert f"M = 1 at {min(weights):.0f} to {max(weights):.0f} MB**: {min(under):.1f} to {max(under):.1f} TB/s" in text
+
+
+def test_notebook_07_says_which_records_show_determinism_and_which_do_not():
+    nb = notebook("07")
+    text = flat(markdown(nb))
+    test = "test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_stream"
+    gpu_tests = (REPO / "tests" / "test_gpu_library.py").read_text()
+    body = gpu_tests[gpu_tests.index(f"def {test}(") :]
+    body = body[: body.index("\ndef ", 1)]
+    assert "four streams" in text and "range(4)" in body and ".view(cupy.uint8) == first.view(cupy.uint8)" in body
+    assert f"`tests/test_gpu_library.py::{test}`" in text and test in source(cell(nb, "07-determinism-live"))
+    suite = (REPO / "results" / "h200" / "gpu_tests.txt").read_text()
+    assert "`results/h200/gpu_tests.txt` is the suite at `36f2dd5`, before stream-K" in text
+    assert "commit 36f2dd5" in suite.splitlines()[0] and test not in suite  # "no committed record holds that run"
+    soak = results.load("stability")["provenance"]["commit"]
+    assert "is of an earlier kernel" in text and soak != results.load("shapes")["provenance"]["commit"]
+    sanitizer = stream_text(cell(nb, "07-determinism"))
+    assert "ERROR SUMMARY: 0 errors" in sanitizer and "0 hazards displayed (0 errors, 0 warnings)" in sanitizer
+    assert "STREAM_K=1" in sanitizer and "SWAP_AB=1" in sanitizer and "CLUSTER_N=4" in sanitizer
+    assert "with swap AB at M = 777 and 33, clusters of four along the tokens" in text
+    assert "--shapes 777x4096x520,33x1000x1000 " in sanitizer
+
+
+def test_notebook_07_stays_about_2500_words():
+    assert 2200 <= words(notebook("07")) <= 2700
 
 
 def test_notebook_07_walks_the_library_diff_before_the_shape_table():
     nb = notebook("07")
     position = {c["id"]: i for i, c in enumerate(nb["cells"])}
-    shape_table = next(c["id"] for c in code_cells(nb) if "results.SHAPE_COLUMNS" in source(c))
+    shape_table = next(c["id"] for c in code_cells(nb) if "tables.band_summary(rows)" in source(c))
     walked = set()
     for c in code_cells(nb):
-        for marker in re.findall(r'diff_excerpt\("library", ((?:"\[\d\]",? ?)+)', source(c)):
+        for marker in re.findall(r'diff_excerpt\("library", ((?:"\[\d+\]",? ?)+)', source(c)):
             assert position[c["id"]] < position[shape_table]
-            walked |= set(re.findall(r"\[(\d)\]", marker))
-            assert "[" + min(re.findall(r"\[(\d)\]", marker)) + "]" in stream_text(c)
-    assert walked == {"5", "6", "7", "8", "9"}
+            blocks = re.findall(r"\[(\d+)\]", marker)
+            walked |= set(blocks)
+            assert f"[{min(blocks, key=int)}]" in stream_text(c)
+    assert walked == {"5", "6", "7", "8", "9", "10"}
+    assert "[10]" in (REPO / "deepgemm" / "kernels" / "gemm_sm90.cu").read_text()
 
 
 # ---- line numbers of the source-level profile -----------------------------------------------------------

@@ -128,3 +128,81 @@ def test_the_call_summary_takes_medians_per_shape_and_the_range_of_x_torch():
         (1, 0.9, 1.0, 1.1, 15.0),
         (2, 1.2, 1.2, 1.2, 13.0),
     ]
+
+
+# ---- notebook 07's tables: the library kernel's tiles and schedules (pure arithmetic), SYNTHETIC sweep rows ----
+
+
+def test_token_tiles_count_the_rows_each_way_computes_for_777_tokens():
+    ways = {(w["orientation"], w["width"]): w for w in tables.token_tiles(777)}
+    assert (ways["plain", 128]["tiles"], ways["plain", 128]["rows"]) == (7, 896)
+    assert (ways["swapped", 200]["tiles"], ways["swapped", 200]["rows"]) == (4, 800)
+    for way in ways.values():  # every way covers the tokens, and its last tile is not empty
+        assert way["rows"] >= 777 > way["rows"] - way["width"]
+        assert way["rows_of_c_pct"] == pytest.approx(100 * 777 / way["rows"])
+    assert all(width % 8 == 0 for orientation, width in ways if orientation == "swapped")
+
+
+@pytest.mark.parametrize("schedule", [{}, {"stream_k": 1}, {"stream_k": 2}, {"split_k": 3}])
+@pytest.mark.parametrize("tiles, slots, k_tiles", [(288, 132, 112), (19, 8, 5), (7, 16, 64), (16, 8, 10)])
+def test_worker_runs_run_every_k_tile_of_every_tile_once(tiles, slots, k_tiles, schedule):
+    runs = tables.worker_runs(tiles, slots, k_tiles, **schedule)
+    assert len(runs) <= slots
+    done = sorted((tile, k) for segments in runs for tile, begin, end in segments for k in range(begin, end))
+    assert done == [(tile, k) for tile in range(tiles) for k in range(k_tiles)]
+
+
+def test_stream_k_evens_out_the_last_round_that_whole_tiles_leave_to_a_few():
+    """288 tiles of 112 k-tiles on 132 slots: whole, 96 workers take three tiles each (336 k-tiles); stream-K,
+    every slot takes two whole tiles and a run of 20 or 21 k-tiles of the last 24 tiles."""
+    whole, cut = tables.worker_runs(288, 132, 112), tables.worker_runs(288, 132, 112, stream_k=1)
+    work = [[sum(end - begin for _, begin, end in segments) for segments in runs] for runs in (whole, cut)]
+    assert (len(whole), max(work[0])) == (96, 336)
+    assert len(cut) == 132 and set(work[1]) == {224 + 20, 224 + 21}
+    assert all([tile for tile, begin, end in segments if end - begin == 112] == [w, w + 132]
+               for w, segments in enumerate(cut))  # fmt: skip
+
+
+def test_cut_tiles_name_the_workers_whose_runs_cover_each_tile_in_order():
+    tiles, slots, k_tiles = 288, 132, 112
+    runs = tables.worker_runs(tiles, slots, k_tiles, stream_k=1)
+    cuts = tables.cut_tiles(tiles, slots, k_tiles)
+    assert [c["tile"] for c in cuts] == list(range(264, 288))
+    for c in cuts:
+        covering = [w for w, segments in enumerate(runs) for tile, _, _ in segments if tile == c["tile"]]
+        assert c["workers"] == covering and sum(c["k_tiles"]) == k_tiles
+    assert cuts[0] == {"tile": 264, "workers": [0, 1, 2, 3, 4, 5], "k_tiles": [20, 20, 21, 20, 20, 11]}
+
+
+def _candidate(name: str, us: float, passed: bool = True) -> dict:
+    """A SYNTHETIC sweep candidate: its config read back from the name."""
+    from deepgemm.heuristic import config_fields, config_from_name
+
+    return {"name": name, "config": config_fields(config_from_name(name)), "passed": passed, "us": us}
+
+
+def test_space_summary_and_schedule_pairs_read_a_sweep_row():
+    row = {"dtype": "fp16", "m": 4096, "n": 2112, "k": 7168, "torch_us": 100.0, "pdl_us": 95.0, "candidates": [
+        _candidate("n256 c1 s1 st4", 120.0), _candidate("n256 c1 sk1 st4", 100.0), _candidate("n256 c1 sk2 st4", 110.0),
+        _candidate("n192 c2 s1 st4", 99.0), _candidate("n192 c2 s2 st4", 90.0, passed=False),
+        _candidate("swap n256 c1 s1 st4", 130.0), _candidate("n240 c1 sk1 st4", 105.0)]}  # fmt: skip
+    (line,) = tables.space_summary([row])
+    assert (line["configs"], line["best"], line["best_us"]) == ("6/7", "n192 c2 s1 st4", 99.0)
+    assert line["x_torch"] == 100 / 99
+    assert (line["plain_us"], line["swapped_us"], line["pdl_us"]) == (99.0, 130.0, 95.0)
+    pairs = tables.schedule_pairs(row["candidates"])
+    assert [p["tile"] for p in pairs] == ["n256 c1"]  # n192 c2 and n240 c1 were timed one way only
+    assert [pairs[0][key] for key in ("whole_us", "sk1_us", "sk2_us", "x_sk")] == [120.0, 100.0, 110.0, 1.2]
+
+
+def test_m1_bandwidth_counts_the_bytes_moved_and_judges_only_large_weights():
+    rows = [{"dtype": "fp16", "m": 1, "n": n, "k": 4096, "graph_us": us, "torch_graph_us": 2 * us}
+            for n, us in ((4096, 8.0), (4096, 12.0), (2048, 5.0))]  # fmt: skip
+    rows.append({"dtype": "fp16", "m": 16, "n": 4096, "k": 4096, "graph_us": 9.0, "torch_graph_us": 9.0})
+    found = tables.m1_bandwidth(rows)
+    assert len(found) == 3
+    moved = (4096 + 4096 * 4096 + 4096) * 2
+    assert found[0]["graph_gbs"] == pytest.approx(moved / 8e3)
+    assert found[0]["torch_graph_gbs"] == pytest.approx(moved / 16e3)
+    assert [f["aim"] for f in found] == ["yes", "no", "-"]  # 4.2 and 2.8 TB/s at 32 MB; a 16 MB weight is not judged
+    assert found[0]["weight_mb"] == 32.0

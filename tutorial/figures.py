@@ -22,6 +22,7 @@ from deepgemm.model import (
     column_conflict_ways,
     ridge_intensity,
     roof_tflops,
+    stream_k_schedule,
     swizzled_chunk,
 )
 from tutorial import results, stages, timeline
@@ -39,6 +40,7 @@ from tutorial.tables import (
     stall_breakdown,
     variant_key,
     variant_value,
+    worker_runs,
 )
 from tutorial.timing import PEAK_CLOCK_MHZ, PEAK_TFLOPS
 
@@ -253,42 +255,78 @@ def pairs_plot(rows: Sequence[Row], stage: str = "v5_fused") -> Figure:
     return fig
 
 
-SHAPE_LINES = (  # the shape table's times: record key, legend, line style
-    ("call_us", "deepgemm.gemm per call", "o-"),
-    ("device_us", "deepgemm.gemm on the GPU", "o--"),
-    ("torch_us", "torch.matmul per call", "s-"),
-    ("torch_device_us", "torch.matmul on the GPU", "s--"),
+SHAPE_LINES = (  # the shape table's GPU times in CUDA graphs: record key, legend, line style
+    ("graph_us", "deepgemm.gemm", "o-"),
+    ("torch_graph_us", "torch.matmul", "s--"),
 )
+RATIO_TOP = 1.4  # the ratio axis ends here; a row above it is drawn on the edge with its value
 
 
 def shapes_plot(rows: Sequence[Row], dtype: str = "fp16") -> Figure:
-    """The shape table: left, µs against M at N = K = 4096 for the call and torch.matmul, per call and on
-    the GPU alone; right, x torch for every shape of the table, per call (filled) and on the GPU (open)."""
+    """The shape table, GPU time in CUDA graphs (`graph_us`, `torch_graph_us`): left, µs against M at
+    N = K = 4096 for the call and torch.matmul; right, torch's time over the call's for every row of the
+    dtype against M, one line per weight (N, K): above 1, the call is faster."""
     mine = [r for r in rows if r["dtype"] == dtype]
     if not mine:
         return empty_figure(f"no recorded {dtype} shapes")
-    fig = Figure(figsize=(10.0, 7.0), layout="constrained")
-    time_ax, ratio_ax = fig.subplots(1, 2, width_ratios=(1, 1.2))
+    fig = Figure(figsize=(10.0, 4.6), layout="constrained")
+    time_ax, ratio_ax = fig.subplots(1, 2, width_ratios=(1, 1.4))
     sweep = sorted((r for r in mine if (r["n"], r["k"]) == (4096, 4096)), key=lambda r: r["m"])
-    ms = [r["m"] for r in sweep]
     for key, label, style in SHAPE_LINES:
-        color = stage_color(STAGES[-1]) if key in ("call_us", "device_us") else stage_color(CUBLAS)
-        time_ax.plot(ms, [r[key] for r in sweep], style, color=color, label=label, ms=4)
+        color = stage_color(STAGES[-1]) if key == "graph_us" else stage_color(CUBLAS)
+        time_ax.plot([r["m"] for r in sweep], [r[key] for r in sweep], style, color=color, label=label, ms=4)
     time_ax.set_xscale("log", base=2)
     time_ax.set_yscale("log")
     time_ax.set_xlabel("M (N = K = 4096)")
-    time_ax.set_title(f"µs, {dtype}", fontsize=10)
+    time_ax.set_title(f"{dtype}: µs per GEMM in a CUDA graph", fontsize=10)
     time_ax.legend(fontsize=8)
-    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in mine]
-    ys = range(len(mine))
-    ratio_ax.plot([r["x_torch"] for r in mine], ys, "o", color=stage_color(STAGES[-1]), label="per call")
-    ratio_ax.plot([r["x_torch_device"] for r in mine], ys, "o", mfc="none", color="black", label="on the GPU")
-    ratio_ax.axvline(1.0, color="black", lw=0.8)
+    weights, above = dict.fromkeys((r["n"], r["k"]) for r in mine), 0
+    for j, (n, k) in enumerate(weights):
+        line = sorted((r for r in mine if (r["n"], r["k"]) == (n, k)), key=lambda r: r["m"])
+        ratios = [r["torch_graph_us"] / r["graph_us"] for r in line]
+        color = colormaps["tab20"](j % 20)
+        ratio_ax.plot([r["m"] for r in line], [min(x, RATIO_TOP) for x in ratios], "osD^v<>"[j % 7] + "-",
+                      color=color, ms=4, lw=0.8, label=f"{n} x {k}")  # fmt: skip
+        for r, x in zip(line, ratios, strict=True):
+            if x > RATIO_TOP:  # off the scale (a shape that takes the padded copy): its value written below
+                above += 1
+                ratio_ax.annotate(f"{x:.1f}", (r["m"], RATIO_TOP), xytext=(4, -10 * above),
+                                  textcoords="offset points", fontsize=7, color=color)  # fmt: skip
+    ratio_ax.axhline(1.0, color="black", lw=0.8)
     ratio_ax.set_xscale("log", base=2)
-    ratio_ax.set_yticks(list(ys), labels, fontsize=7)
-    ratio_ax.invert_yaxis()
-    ratio_ax.set_title("x torch.matmul (right of the line: faster)", fontsize=10)
-    ratio_ax.legend(fontsize=8)
+    ratio_ax.set_xlabel("M")
+    ratio_ax.set_title("x torch.matmul in graphs (above the line: faster)", fontsize=10)
+    ratio_ax.legend(title="N x K", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7, title_fontsize=8)
+    return fig
+
+
+def stream_k_plot(tiles: int, slots: int, k_tiles: int, stream_k: int = 1, title: str = "") -> Figure:
+    """The work each persistent worker does (`tables.worker_runs`), one lane per worker and k-tiles along the
+    way: left, whole tiles (the grid trimmed to full rounds); right, stream-K. Whole tiles are grey, a shade
+    per tile along the lane; the cut tiles' runs take a colour per tile; a dotted line marks the busiest
+    worker's k-tiles."""
+    fig = Figure(figsize=(10.0, 4.6), layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True, sharey=True)
+    palette = colormaps["tab20"]
+    for ax, cut in zip(axes, (0, stream_k), strict=True):
+        runs = worker_runs(tiles, slots, k_tiles, stream_k=cut)
+        whole = tiles - (stream_k_schedule(tiles, slots, k_tiles, rounds=cut)[0] if cut else 0)
+        for lane, segments in enumerate(runs):
+            x = 0
+            for i, (tile, begin, end) in enumerate(segments):
+                color = ("0.55", "0.75")[i % 2] if tile < whole else palette((tile - whole) % 20)
+                ax.broken_barh([(x, end - begin)], (lane - 0.5, 1.0), facecolors=color, edgecolor="none")
+                x += end - begin
+        busiest = max(sum(end - begin for _, begin, end in segments) for segments in runs)
+        if len(runs) < slots:
+            ax.text(busiest / 2, (len(runs) + slots) / 2, f"{slots - len(runs)} idle", ha="center", va="center")
+        ax.axvline(busiest, color="black", ls=":", lw=1)
+        name = f"stream-K over {cut} round{'s' if cut > 1 else ''}" if cut else "whole tiles"
+        ax.set_title(f"{name}: {len(runs)} workers, the busiest {busiest} k-tiles", fontsize=9)
+        ax.set_xlabel("k-tiles run, in order")
+    axes[0].set_ylim(slots, -1)
+    axes[0].set_ylabel("worker (SM, or cluster)")
+    fig.suptitle(title or f"{tiles} tiles of {k_tiles} k-tiles on {slots} slots", fontsize=10)
     return fig
 
 

@@ -16,6 +16,14 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from deepgemm import heuristic
+from deepgemm.model import (
+    balanced_workers,
+    ceil_div,
+    split_k_schedule,
+    stream_k_schedule,
+    worker_of_k_tile,
+)
 from tutorial import results, stages
 from tutorial.profile import STALL_REASONS, top_stalls
 from tutorial.source_profile import role_of
@@ -485,3 +493,153 @@ def below_lines(summary: Iterable[Row]) -> list[str]:
     """A band summary's rows below 1.0x, a line per ratio and band that has any."""
     return [f"below 1.0x, {line['ratio']}, M {line['band']}: {', '.join(line['below'])}"
             for line in summary if line["below"] and line["band"] != "all"]  # fmt: skip
+
+
+# ---- notebook 07: the library kernel's tiles, its schedules, its sweep, and the shape table at M = 1 ----------
+
+
+def token_tiles(m: int) -> list[Row]:
+    """Ways to tile M tokens, and the padding each computes: plain, the tokens on wgmma's M in tiles of 128 or
+    64 rows (two or one consumer warpgroups); swapped (the library's [8]), on wgmma's N in the heuristic's
+    tight widths, steps of 8 (`heuristic.block_ns`). Per way: the tiles along M, the rows they compute, and
+    the share of those that are rows of C. 777 tokens: 7 x 128 = 896 rows (87% of them C), 4 x 200 = 800 (97%)."""
+    ways = [("plain", width) for width in (heuristic.MAX_BLOCK_M, heuristic.BLOCK_M_STEP)]
+    ways += [("swapped", width) for width in heuristic.block_ns(m, swap_ab=True)]
+    out = []
+    for orientation, width in ways:
+        tiles = ceil_div(m, width)
+        out.append({"m": m, "orientation": orientation, "width": width, "tiles": tiles, "rows": tiles * width,
+                    "rows_of_c_pct": 100 * m / (tiles * width)})  # fmt: skip
+    return out
+
+
+TOKEN_TILE_COLUMNS = (
+    ("m", "M", 0), ("orientation", "tokens on", 0), ("width", "tile", 0), ("tiles", "tiles", 0),
+    ("rows", "rows computed", 0), ("rows_of_c_pct", "% rows of C", 1),
+)  # fmt: skip
+
+Segment = tuple[int, int, int]  # a piece of a worker's work: (cluster tile, first k-tile, end k-tile)
+
+
+def worker_runs(tiles: int, slots: int, k_tiles: int, stream_k: int = 0, split_k: int = 1) -> list[list[Segment]]:
+    """What each persistent worker (a CTA, or a cluster) of the library kernel runs, in order, as its tile
+    scheduler ([6] `Schedule`, `SegmentWalk`) hands out `tiles` cluster tiles of `k_tiles` k-tiles on `slots`.
+    Unit u goes to worker u % workers. Whole tiles (stream_k 0, split_k 1): `balanced_workers` workers, one
+    unit a tile. Split-K: every tile cut into split_k runs, a unit each. Stream-K (`model.stream_k_schedule`,
+    1 or 2 rounds cut): a worker on every slot; the first tiles whole, then the last sk_tiles tiles' k-tiles
+    laid end to end and cut into sk_workers equal runs, run w a unit; a run that crosses from one tile into
+    the next is two segments."""
+    if stream_k:
+        sk_tiles, sk_workers = stream_k_schedule(tiles, slots, k_tiles, rounds=stream_k)
+        workers = slots if sk_tiles else balanced_workers(tiles, slots)
+    else:
+        sk_tiles, sk_workers = split_k_schedule(tiles, split_k)
+        workers = balanced_workers(sk_workers or tiles, slots)
+    whole, sk_iters = tiles - sk_tiles, sk_tiles * k_tiles
+    runs: list[list[Segment]] = [[] for _ in range(workers)]
+    for unit in range(whole + sk_workers):
+        if unit < whole:
+            runs[unit % workers].append((unit, 0, k_tiles))
+            continue
+        w = unit - whole
+        i, end = (whole * k_tiles + x * sk_iters // sk_workers for x in (w, w + 1))
+        while i < end:
+            tile = i // k_tiles
+            stop = min(end, (tile + 1) * k_tiles)
+            runs[unit % workers].append((tile, i - tile * k_tiles, stop - tile * k_tiles))
+            i = stop
+    return runs
+
+
+def cut_tiles(tiles: int, slots: int, k_tiles: int, stream_k: int = 1) -> list[Row]:
+    """Stream-K's tiles cut between workers, and who adds them up: per cut tile, the workers whose runs cover
+    it, first to last (`model.worker_of_k_tile`, as the kernel's `cut_parts`), and the k-tiles of it each ran.
+    Each part writes its fp32 partial; the part that finishes last adds all of them in this worker order."""
+    sk_tiles, sk_workers = stream_k_schedule(tiles, slots, k_tiles, rounds=stream_k)
+    whole, sk_iters = tiles - sk_tiles, sk_tiles * k_tiles
+    out = []
+    for cut in range(sk_tiles):
+        begin, end = cut * k_tiles, (cut + 1) * k_tiles
+        first, last = (worker_of_k_tile(i, sk_iters, sk_workers) for i in (begin, end - 1))
+        runs = [(w * sk_iters // sk_workers, (w + 1) * sk_iters // sk_workers) for w in range(first, last + 1)]
+        out.append({"tile": whole + cut, "workers": list(range(first, last + 1)),
+                    "k_tiles": [min(end, stop) - max(begin, start) for start, stop in runs]})  # fmt: skip
+    return out
+
+
+SPACE_COLUMNS = (
+    ("shape", "M x N x K", 0), ("configs", "configs", 0), ("torch_us", "torch µs", 1), ("best", "fastest", 0),
+    ("best_us", "µs", 1), ("x_torch", "x torch", 3), ("plain_us", "best plain µs", 1),
+    ("swapped_us", "best swapped µs", 1), ("pdl_us", "fastest with PDL µs", 1),
+)  # fmt: skip
+
+
+def space_summary(rows: Iterable[Row]) -> list[Row]:
+    """The lab's sweep of the library kernel's space (lab/results/<gpu>/library_space.json) per shape: the
+    configurations timed and verified, torch.matmul's time, the fastest and its ratio to torch, the fastest
+    of each orientation, and the fastest again with programmatic dependent launch. Print it with
+    `results.format_table(summary, SPACE_COLUMNS)`."""
+    out = []
+    for row in rows:
+        passed = [c for c in row["candidates"] if c["passed"]]
+        best = min(passed, key=lambda c: c["us"])
+        fastest = {swap: min((c["us"] for c in passed if bool(c["config"].get("SWAP_AB")) == swap), default=None)
+                   for swap in (False, True)}  # fmt: skip
+        out.append({"dtype": row["dtype"], "m": row["m"], "n": row["n"], "k": row["k"],
+                    "configs": f"{len(passed)}/{len(row['candidates'])}", "torch_us": row["torch_us"],
+                    "best": best["name"], "best_us": best["us"], "x_torch": row["torch_us"] / best["us"],
+                    "plain_us": fastest[False], "swapped_us": fastest[True],
+                    "pdl_us": number(row.get("pdl_us"))})  # fmt: skip
+    return out
+
+
+SCHEDULE_COLUMNS = (
+    ("tile", "tile and cluster", 0), ("whole_us", "whole tiles µs", 1), ("sk1_us", "stream-K 1 µs", 1),
+    ("sk2_us", "stream-K 2 µs", 1), ("x_sk", "whole / best stream-K", 3),
+)  # fmt: skip
+
+
+def schedule_pairs(candidates: Iterable[Row]) -> list[Row]:
+    """One sweep row's candidates by tile and cluster (the config's name without its schedule and stages):
+    the time with whole tiles and with stream-K over one and over two rounds, and whole over the faster
+    stream-K (above 1: cutting the last round paid), fastest tile first; tiles timed only one way left out."""
+    by_tile: dict[str, Row] = {}
+    for c in candidates:
+        if not c["passed"] or c["config"].get("SPLIT_K", 1) > 1:
+            continue
+        tile = re.sub(r" (?:s\d+|sk\d+) st\d+.*$", "", c["name"])
+        schedule = {0: "whole_us", 1: "sk1_us", 2: "sk2_us"}[c["config"].get("STREAM_K", 0)]
+        by_tile.setdefault(tile, {"tile": tile})[schedule] = c["us"]
+    out = []
+    for entry in by_tile.values():
+        cut = [entry[key] for key in ("sk1_us", "sk2_us") if key in entry]
+        if "whole_us" in entry and cut:
+            out.append({"sk1_us": None, "sk2_us": None, **entry, "x_sk": entry["whole_us"] / min(cut)})
+    return sorted(out, key=lambda e: min(e["whole_us"], e["sk1_us"] or math.inf, e["sk2_us"] or math.inf))
+
+
+WEIGHT_STREAM_BYTES = 32 * 2**20  # the issue's aim holds where the weight is at least 32 MB
+STREAM_AIM_GBS = 3500.0  # ... and asks for 3.5 TB/s there
+BANDWIDTH_COLUMNS = (
+    ("dtype", "dtype", 0), ("shape", "M x N x K", 0), ("weight_mb", "weight MB", 1), ("graph_gbs", "GB/s", 0),
+    ("torch_graph_gbs", "torch GB/s", 0), ("aim", ">= 3.5 TB/s", 0),
+)  # fmt: skip
+
+
+def m1_bandwidth(rows: Iterable[Row]) -> list[Row]:
+    """The shape table at M = 1, where the call streams the weight: its size in MB (2^20 bytes), the GB/s the
+    call and torch.matmul moved in CUDA graphs (a, b and c once over `graph_us`, `torch_graph_us`), and where
+    the weight is at least 32 MB, whether the call reached 3.5 TB/s ("yes"/"no"; "-" for a smaller weight)."""
+    out = []
+    for row in rows:
+        if row["m"] != 1:
+            continue
+        item = 4 if row["dtype"] == "fp32" else 2
+        moved = (row["m"] * row["k"] + row["n"] * row["k"] + row["m"] * row["n"]) * item
+        weight = row["n"] * row["k"] * item
+        gbs = moved / (row["graph_us"] * 1e3)
+        aim = "-" if weight < WEIGHT_STREAM_BYTES else "yes" if gbs >= STREAM_AIM_GBS else "no"
+        out.append({"dtype": row["dtype"], "m": row["m"], "n": row["n"], "k": row["k"],
+                    "weight_mb": weight / 2**20, "graph_gbs": gbs,
+                    "torch_graph_gbs": moved / (row["torch_graph_us"] * 1e3), "aim": aim})  # fmt: skip
+    return out
