@@ -409,8 +409,18 @@ def ranked(
     """The space for this problem and layout, each tiling with its price, cheapest first."""
     found = [(price(m, n, k, t, sm_count), t) for swap in (False, True) for t in tilings(m, n, k, sm_count, swap)
              if tiling_fits(t, b_mn_major, a_mn_major)]  # fmt: skip
+    if not found:  # the tight widths leave an MN-major operand no whole box of 64: widths that are whole boxes
+        found = [(price(m, n, k, t, sm_count), t) for t in box_tilings() if tiling_fits(t, b_mn_major, a_mn_major)]
     found.sort(key=lambda pair: pair[0])  # stable: among exact equals, the one listed first
     return found
+
+
+def box_tilings() -> list[Tiling]:
+    """Tiles whose every side is whole 64-wide boxes, in either orientation, without a cluster or a cut:
+    what an operand in MN-major boxes can always be read in (both operands MN-major at 200 x 136, whose
+    tight widths are 144 and 208, say)."""
+    return [Tiling(block_m, block_n, swap_ab=swap) for swap in (False, True) for block_m in (128, 64)
+            for block_n in (256, 192, 128, 64)]  # fmt: skip
 
 
 def candidates(

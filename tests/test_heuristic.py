@@ -392,3 +392,13 @@ def test_close_candidates_are_timed_again_in_turn_and_ranked_by_their_median(mon
     assert order == ["a", "b"] * 3
     assert [e["us"] for e in passed] == [10.55, 10.1, 11.0] and "timings" not in passed[2]
     assert min(passed, key=lambda e: e["us"])["name"] == "b"
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(200, 136, 96), (17, 3, 40), (129, 520, 200), (1, 8, 64), (1000, 384, 1000)])
+def test_every_layout_gets_a_choice_whose_boxes_the_layout_can_read(m, n, k):
+    """Both operands MN-major at 200 x 136 leave the tight widths (144, 208) no whole 64-wide box: the
+    model falls back to tiles of whole boxes rather than to nothing (the H200's call tests found it)."""
+    for b_mn_major in (False, True):
+        for a_mn_major in (False, True):
+            choice = heuristic.choose(m, n, k, 132, b_mn_major, a_mn_major)
+            assert heuristic.layout_fits(choice.config(), b_mn_major, a_mn_major), (b_mn_major, a_mn_major)
