@@ -132,7 +132,10 @@ LAUNCH_US = 2.5  # a launch and its ramp: the first k-tiles' latency, the last t
 # Programmatic dependent launch (the kernel's prologue overlapping the end of the one before it): in the lab's
 # sweep (lab/results/h200/library_space.json, FP16, back-to-back calls) it took 0.4 to 1.7 us off every
 # shape whose best ran under 50 us, and added 3 to 9 us at three of the six above (1 x 28672 x 4096,
-# 128 x 28672 x 4096, 4096 x 2112 x 7168): the model asks for it below this estimate.
+# 128 x 28672 x 4096, 4096 x 2112 x 7168): the model asks for it below this estimate. In the shape table's
+# CUDA graphs (results/h200/shapes.json), the autotune table's PDL picks of 60 us and more ran a median 2.4%
+# over their queued time and up to 32% (768 x 28672 x 4096), the others 0.4% and 15%: autotune tries PDL
+# below this time only (the table recorded at 4b52e5b tried it everywhere).
 PDL_BELOW_US = 50.0
 
 

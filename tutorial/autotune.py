@@ -101,10 +101,11 @@ def tune_shape(
         raise RuntimeError(f"no candidate passed verification at {m}x{n}x{k} {dtype_name}")
     time_finalists_again(passed, plans)
     best = min(passed, key=lambda e: e["us"])
-    pdl = time_with_pdl(best, work)
-    timed.append(pdl)
-    if pdl["passed"] and pdl["us"] < best["us"]:
-        best = pdl
+    if best["us"] < heuristic.PDL_BELOW_US:  # above, PDL ran slower in CUDA graphs than queued (heuristic)
+        pdl = time_with_pdl(best, work)
+        timed.append(pdl)
+        if pdl["passed"] and pdl["us"] < best["us"]:
+            best = pdl
     log(f"  {dtype_name} {m}x{n}x{k}: {best['name']} {best['us']:.1f} us (of {len(timed)} candidates)")
     return {"dtype": dtype_name, "m": m, "n": n, "k": k, "config": best["config"], "name": best["name"],
             "us": best["us"], "candidates": timed}  # fmt: skip
