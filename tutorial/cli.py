@@ -499,9 +499,15 @@ def build_parser() -> argparse.ArgumentParser:
     line.add_argument("--record", action="store_true", help="write results/<gpu>/timeline.json")
     add_problem_args(line, settle=False)
     line.set_defaults(run=cmd_timeline, dtype="fp16")
-    diff = sub.add_parser("diff", help="what a stage changes in the kernel (library: the library's kernel against v5)")
-    diff.add_argument("stage", help="v1 ... v5, or library")
-    diff.add_argument("--against", default=None, help="default: the previous stage (v5 for the library)")
+    diff = sub.add_parser(
+        "diff",
+        help="what a stage changes in the kernel (library: the library's kernel against v5; library_sm80: "
+        "its kernel for GPUs without wgmma against v2)",
+    )
+    diff.add_argument("stage", help="v1 ... v5, library or library_sm80")
+    diff.add_argument(
+        "--against", default=None, help="default: the previous stage (v5 for library, v2 for library_sm80)"
+    )
     diff.set_defaults(run=cmd_diff)
     return parser
 

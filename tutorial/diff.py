@@ -5,14 +5,14 @@ from __future__ import annotations
 import difflib
 
 from tutorial.results import REPO
-from tutorial.stages import LIBRARY, STAGES, kernel_path, stage_name
+from tutorial.stages import LIBRARIES, PARENT, STAGES, kernel_path, stage_name
 
 
 def kernel_diff(stage: str, against: str | None = None) -> list[str]:
-    """`diff -u` of the previous stage's kernel.cu (or `against`'s) and this stage's, as lines; the library's
-    kernel diffs against v5's."""
+    """`diff -u` of the previous stage's kernel.cu (or `against`'s) and this stage's, as lines; a library
+    kernel diffs against the stage it is grown from (`PARENT`: v5 for sm_90a, v2 for sm_80)."""
     new = stage_name(stage)
-    previous = STAGES[-1] if new == LIBRARY else STAGES[STAGES.index(new) - 1]
+    previous = PARENT[new] if new in LIBRARIES else STAGES[STAGES.index(new) - 1]
     old = previous if against is None else stage_name(against)
     old_path, new_path = kernel_path(old), kernel_path(new)
     old_text, new_text = (path.read_text().splitlines() for path in (old_path, new_path))
@@ -40,5 +40,6 @@ def diff_excerpt(stage: str, *keywords: str, context: int = 2, limit: int = 60) 
         out.append(lines[index])
     if len(out) > limit:
         out = [*out[:limit], f"... ({len(out) - limit} more lines)"]
-    out.append(f"(the whole diff: python -m tutorial diff {stage_name(stage).split('_')[0]})")
+    name = stage_name(stage)
+    out.append(f"(the whole diff: python -m tutorial diff {name if name in LIBRARIES else name.split('_')[0]})")
     return "\n".join(out)

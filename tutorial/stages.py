@@ -1,5 +1,5 @@
 """The six stages by name, in order, where their kernels are, how to load their launchers; the library's
-kernel as one more (`LIBRARY`), and the baseline's name."""
+kernels as two more (`LIBRARY`, and `LIBRARY_SM80` for GPUs without wgmma), and the baseline's name."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import ModuleType
 
 import cupy
 
-from deepgemm import jit
+from deepgemm import jit, plan_sm80
 from deepgemm.dtypes import dtype_defines, input_dtype
 from deepgemm.plan import kernel_defines
 
@@ -26,16 +26,22 @@ STAGES = (
 )
 CUBLAS = "cublas"  # the baseline, measured and profiled like a stage: cuBLAS through CuPy's a @ b
 LIBRARY = "library"  # deepgemm.gemm and its kernel (deepgemm/kernels/gemm_sm90.cu), grown from v5
+LIBRARY_SM80 = "library_sm80"  # the library's kernel without wgmma (deepgemm/kernels/gemm_sm80.cu), grown from v2
+LIBRARIES = (LIBRARY, LIBRARY_SM80)
+PARENT = {LIBRARY: STAGES[-1], LIBRARY_SM80: "v2_mma_sync"}  # the stage each library kernel is grown from
 
 
 def stage_name(short_or_full: str) -> str:
-    """'v3' or 'v3_wgmma_tma' -> 'v3_wgmma_tma', 'library' -> 'library'; ValueError for anything else."""
-    if short_or_full == LIBRARY:
-        return LIBRARY
+    """'v3' or 'v3_wgmma_tma' -> 'v3_wgmma_tma', 'library' -> 'library', 'library_sm80' -> 'library_sm80';
+    ValueError for anything else."""
+    if short_or_full in LIBRARIES:
+        return short_or_full
     for stage in STAGES:
         if short_or_full in (stage, stage.split("_", 1)[0]):
             return stage
-    raise ValueError(f"unknown stage {short_or_full!r}; the stages are {', '.join(STAGES)} (and {LIBRARY})")
+    raise ValueError(
+        f"unknown stage {short_or_full!r}; the stages are {', '.join(STAGES)} (and {', '.join(LIBRARIES)})"
+    )
 
 
 def parse_stages(spec: str) -> list[str]:
@@ -46,15 +52,18 @@ def parse_stages(spec: str) -> list[str]:
 
 
 def load(stage: str) -> ModuleType:
-    """The stage's launch module (it has MIN_CC, DEFAULTS, plan and gemm); the library's is tutorial.library."""
+    """The stage's launch module (it has MIN_CC, DEFAULTS, plan and gemm); the library's are tutorial.library
+    and tutorial.library_sm80."""
     name = stage_name(stage)
-    return importlib.import_module("tutorial.library" if name == LIBRARY else f"stages.{name}.launch")
+    return importlib.import_module(f"tutorial.{name}" if name in LIBRARIES else f"stages.{name}.launch")
 
 
 def kernel_path(stage: str) -> Path:
-    """The stage's kernel.cu, or the library's kernel."""
+    """The stage's kernel.cu, or one of the library's kernels."""
     name = stage_name(stage)
-    return jit.LIBRARY_KERNEL if name == LIBRARY else STAGES_DIR / name / "kernel.cu"
+    if name in LIBRARIES:
+        return jit.LIBRARY_KERNEL if name == LIBRARY else plan_sm80.KERNEL
+    return STAGES_DIR / name / "kernel.cu"
 
 
 def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
@@ -77,5 +86,6 @@ def compile_report(
 def default_defines(stage: str, dtype_name: str = "fp16") -> dict[str, int]:
     """The defines the stage's launcher compiles its default config with, for one input dtype."""
     defaults = load(stage).DEFAULTS
-    knobs = kernel_defines(defaults) if stage_name(stage) == LIBRARY else defaults.defines()
+    host_knobs = {LIBRARY: kernel_defines, LIBRARY_SM80: plan_sm80.kernel_defines}.get(stage_name(stage))
+    knobs = host_knobs(defaults) if host_knobs else defaults.defines()
     return {**knobs, **dtype_defines(input_dtype(dtype_name))}
