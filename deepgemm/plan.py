@@ -269,11 +269,16 @@ def build(
         if cfg.value("SPLIT_K") > 1:
             check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
         act = activation_name(activation)
-        bias_in_place = None
-        if bias is not None:  # the kernel reads a contiguous float32 vector as it is; each call converts others
-            view = check_bias(bias, problem.n)
-            bias_in_place = view.dtype == FLOAT32 and view.strides == (4,)
-        return _build(framework, device, problem, cfg, source, act, bias_in_place)
+        return _build(framework, device, problem, cfg, source, act, bias_read_in_place(bias, problem.n))
+
+
+def bias_read_in_place(bias: Any, n: int) -> bool | None:
+    """None without a bias; else whether the kernel reads it as it is (a contiguous float32 vector of N),
+    or each call converts it: ValueError names a bias of the wrong shape."""
+    if bias is None:
+        return None
+    view = check_bias(bias, n)
+    return view.dtype == FLOAT32 and view.strides == (4,)
 
 
 def _build(

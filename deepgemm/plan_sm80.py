@@ -27,7 +27,7 @@ import numpy as np
 
 from deepgemm.config import GemmConfig, require_at_most, require_in, require_multiple, tile_smem_bytes
 from deepgemm.driver import RawLaunch, allow_dynamic_smem, device_limits
-from deepgemm.dtypes import FLOAT32, dtype_defines, dtype_name
+from deepgemm.dtypes import dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.frameworks import Cupy, Torch
 from deepgemm.heuristic_sm80 import choose
@@ -36,14 +36,13 @@ from deepgemm.model import output_tiles
 from deepgemm.operands import (
     VECTOR_BYTES,
     Problem,
-    check_bias,
     check_compute_capability,
     check_operands,
     device_name,
     leading_dim,
     padded_k,
 )
-from deepgemm.plan import CALL_PARAMETERS, OUT_DTYPE_CODES, Operand, Plan, check_split
+from deepgemm.plan import CALL_PARAMETERS, OUT_DTYPE_CODES, Operand, Plan, bias_read_in_place, check_split
 
 KERNEL = Path(__file__).resolve().parent / "kernels" / "gemm_sm80.cu"
 MIN_CC = (8, 0)  # mma.sync m16n8k16 in bf16, ldmatrix, cp.async: Ampere and newer
@@ -196,11 +195,7 @@ def build(
         check_config(cfg)
         check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
         act = activation_name(activation)
-        bias_in_place = None
-        if bias is not None:  # the kernel reads a contiguous float32 vector as it is; each call converts others
-            view = check_bias(bias, problem.n)
-            bias_in_place = view.dtype == FLOAT32 and view.strides == (4,)
-        return _build(framework, device, problem, cfg, source, act, bias_in_place)
+        return _build(framework, device, problem, cfg, source, act, bias_read_in_place(bias, problem.n))
 
 
 def _build(
