@@ -123,6 +123,18 @@ class Timing:
     power_w: float | None
     power_capped_pct: float | None = None
 
+    @classmethod
+    def of_batches(cls, times: tuple[float, ...], per_batch: int, sampler: PowerSampler) -> Timing:
+        """The median of per-launch batch times, with what the sampler saw while they ran."""
+        return cls(
+            ms=float(statistics.median(times)),
+            batch_ms=times,
+            launches_per_batch=per_batch,
+            sm_clock_mhz=sampler.median_clock(),
+            power_w=sampler.median_power(),
+            power_capped_pct=sampler.capped_pct(),
+        )
+
 
 def run_batch(launches: Sequence[Callable[[], object]], count: int, sampler: PowerSampler) -> float:
     """`count` launches back to back, rotating over `launches`, NVML sampled meanwhile: ms per launch."""
@@ -155,14 +167,7 @@ def time_launches(
     if probe > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
         batches = min(batches, SLOW_BATCHES)
     times = tuple(run_batch(launches, per_batch, sampler) for _ in range(batches))
-    return Timing(
-        ms=float(statistics.median(times)),
-        batch_ms=times,
-        launches_per_batch=per_batch,
-        sm_clock_mhz=sampler.median_clock(),
-        power_w=sampler.median_power(),
-        power_capped_pct=sampler.capped_pct(),
-    )
+    return Timing.of_batches(times, per_batch, sampler)
 
 
 HOST_CALLS = 100  # calls per host-time repeat: well short of the launch queue (about 1000 pending launches)
@@ -372,11 +377,4 @@ def time_graph(
     events[-1].synchronize()
     calls = per_batch * captured.calls
     times = tuple(start.elapsed_time(end) / calls for start, end in pairwise(events))
-    return Timing(
-        ms=float(statistics.median(times)),
-        batch_ms=times,
-        launches_per_batch=calls,
-        sm_clock_mhz=sampler.median_clock(),
-        power_w=sampler.median_power(),
-        power_capped_pct=sampler.capped_pct(),
-    )
+    return Timing.of_batches(times, calls, sampler)
