@@ -27,6 +27,11 @@
 #                                   one part; then the shape table's GPU tests. Between two calls, unpack the
 #                                   first call's results_h200.tgz here, so that the second merges into its record.
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
+#   scripts/h200_record.sh torch    the torch operator: its host cost (lab's op_host.json), the training run
+#                                   (train.json), then its GPU tests (opcheck, gradients, compile, graphs;
+#                                   gpu_torch.txt)
+#   scripts/h200_record.sh sm80     the sm_80 library kernel on this GPU (DEEPGEMM_FORCE_SM80=1): its GPU tests
+#                                   (gpu_sm80.txt), then the call's GPU tests
 #   scripts/h200_record.sh space    the library kernel's tile widths, clusters, swap AB and stream-K under test
 #                                   (tests/test_gpu_library.py), then the lab's sweep of its configuration space
 #                                   beside torch.matmul (lab/results/h200/library_space.json; DTYPE, SHAPES)
@@ -60,6 +65,14 @@ gpu_tests() {
     "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" >> $file
   # shellcheck disable=SC2086  # paths is a list
   timeout 540 python3 -m pytest $paths -q -rfE -p no:cacheprovider --durations=5 2>&1 | tail -40 | tee -a $file
+}
+
+# One test file's run with its tail kept beside the GPU, date and commit: tested_file FILE SECONDS PATHS...
+tested_file() {
+  local file=$1 seconds=$2; shift 2
+  echo "# python3 -m pytest $* on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT${DEEPGEMM_FORCE_SM80:+, DEEPGEMM_FORCE_SM80=1}" > "$file"
+  timeout "$seconds" python3 -m pytest "$@" -q -rfE -p no:cacheprovider --durations=8 2>&1 | tail -40 | tee -a "$file"
 }
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
@@ -111,6 +124,13 @@ elif [ "$part" = space ]; then
     -k "${TESTS_K:-steps_of or stream_k or narrow_store or swap_ab or split_k or programmatic}" 2>&1 | tail -25
   timeout "${SWEEP_S:-300}" python3 -m lab.library_space --dtype "${DTYPE:-fp16}" ${SHAPES:+--shapes "$SHAPES"} \
     --record 2>&1 | tail -80
+elif [ "$part" = torch ]; then
+  timeout 90 python3 -m lab.op_host --record 2>&1 | tail -16
+  timeout 240 python3 -m tutorial.train --record 2>&1 | tail -16
+  tested_file results/h200/gpu_torch.txt "${TEST_S:-300}" tests/test_gpu_torch.py
+elif [ "$part" = sm80 ]; then
+  DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt "${TEST_S:-300}" tests/test_gpu_sm80.py
+  timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12
 elif [ "$part" = stability ]; then
   timeout 300 python3 -m tutorial stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
 elif [ "$part" = kernels ]; then
