@@ -32,6 +32,8 @@
 #                                   gpu_torch.txt)
 #   scripts/h200_record.sh sm80     the sm_80 library kernel on this GPU (DEEPGEMM_FORCE_SM80=1): its GPU tests
 #                                   (gpu_sm80.txt), then the call's GPU tests
+#   scripts/h200_record.sh train-gemms  the training step's GEMMs alone beside torch.matmul, and each model's step
+#                                   profiled (lab's train_gemms.json)
 #   scripts/h200_record.sh space    the library kernel's tile widths, clusters, swap AB and stream-K under test
 #                                   (tests/test_gpu_library.py), then the lab's sweep of its configuration space
 #                                   beside torch.matmul (lab/results/h200/library_space.json; DTYPE, SHAPES)
@@ -131,6 +133,8 @@ elif [ "$part" = torch ]; then
 elif [ "$part" = sm80 ]; then
   DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt "${TEST_S:-300}" tests/test_gpu_sm80.py
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12
+elif [ "$part" = train-gemms ]; then
+  timeout 200 python3 -m lab.train_gemms --record 2>&1 | tail -50
 elif [ "$part" = stability ]; then
   timeout 300 python3 -m tutorial stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
 elif [ "$part" = kernels ]; then
