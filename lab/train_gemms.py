@@ -35,6 +35,7 @@ def layer_shapes(setup: train.Setup) -> dict[str, tuple[int, int]]:
 
 def operands(rows: int, n: int, k: int, role: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(a, b) of one role as autograd hands them to the library: views of row-major tensors."""
+
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
 
