@@ -20,6 +20,7 @@ registered autograd record the same forward and backward. Either way a result th
 
 Backward of y = act(z), z = alpha * a @ b + bias: dz = dy * act'(z), da = alpha * dz @ b^T and
 db = alpha * a^T @ dz through the same kernel, which reads the transposed views b^T and a^T as they lie,
+each written in its input's layout (db for b = W^T as (dz^T @ a)^T, so that W's gradient needs no copy),
 and dbias = the sum of dz over rows. relu's derivative comes from the output (y > 0 exactly where z > 0).
 gelu, gelu_tanh and silu need z: `gemm` keeps it, the kernel writing z and torch applying the activation,
 so autograd keeps z as nn.Linear followed by F.gelu does, for one elementwise pass; recomputing z instead
@@ -263,6 +264,7 @@ def save(ctx: Any, a: torch.Tensor, b: torch.Tensor, bias: Any, alpha: float, ac
     ctx.save_for_backward(a if need_b or recompute else None, b if need_a or recompute else None,
                           bias if recompute else None, y if act == "relu" else None)  # fmt: skip
     ctx.alpha, ctx.activation, ctx.kernel_dtype = alpha, act, a.dtype
+    ctx.transposed = (need_a and transposed(a), need_b and transposed(b))  # each gradient in its input's layout
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
@@ -272,10 +274,24 @@ def backward(ctx: Any, dy: torch.Tensor) -> tuple:
     need_a, need_b, need_bias = (*ctx.needs_input_grad, False)[:3]  # the dispatcher leaves out a default bias
     dz = pre_activation_grad(ctx, dy, a, b, bias, y)
     dz_in = dz if dz.dtype == ctx.kernel_dtype else dz.to(ctx.kernel_dtype)  # an fp32 output's grad: the kernel's type
-    da = gemm(dz_in, b.T, None, ctx.alpha, None, None, None, None) if need_a else None  # b^T read in place
-    db = gemm(a.T, dz_in, None, ctx.alpha, None, None, None, None) if need_b else None  # a^T read in place
+    da = product(dz_in, b.T, ctx.alpha, ctx.transposed[0]) if need_a else None
+    db = product(a.T, dz_in, ctx.alpha, ctx.transposed[1]) if need_b else None
     dbias = dz.sum(0, dtype=ctx.bias_dtype) if need_bias else None
     return da, db, dbias, None, None, None, None
+
+
+def transposed(x: torch.Tensor) -> bool:
+    """Whether x is the transposed view of a row-major matrix (a weight W read as W^T)."""
+    return x.dim() == 2 and x.shape[0] > 1 and x.shape[1] > 1 and x.T.is_contiguous()
+
+
+def product(left: torch.Tensor, right: torch.Tensor, alpha: float, transpose: bool) -> torch.Tensor:
+    """alpha * left @ right; where `transpose`, written as the kernel's row-major (right^T @ left^T) and
+    returned as its transposed view: a gradient in its input's layout, which autograd accumulates into W
+    without a transposing copy. Every operand is a view the kernel reads in place."""
+    if transpose:
+        return gemm(right.T, left.T, None, alpha, None, None, None, None).T
+    return gemm(left, right, None, alpha, None, None, None, None)
 
 
 def pre_activation_grad(

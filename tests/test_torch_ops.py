@@ -331,17 +331,44 @@ def test_gradients_pass_gradcheck(launches, activation, route, a_layout, b_layou
     assert torch.autograd.gradgradcheck(f, (a, b, bias))
 
 
-def test_the_backward_reads_the_transposed_operands_in_place(launches):
-    """da = dz @ b^T and db = a^T @ dz: the launch gets views of a's and b's own memory, not copies."""
+def _noting_where(out: torch.Tensor, written: list[int]) -> torch.Tensor:
+    written.append(out.data_ptr())
+    return out
+
+
+def test_the_backward_reads_the_transposed_operands_in_place(launches, monkeypatch):
+    """da = dz @ b^T and db = a^T @ dz: the launch gets views of a's, b's and dz's own memory, not copies.
+    b = w^T is a transposed view, so db comes as (dz^T @ a)^T and w's gradient is the kernel's output itself."""
     a = torch.randn(8, 16, dtype=torch.float16, requires_grad=True)
     w = torch.randn(24, 16, dtype=torch.float16, requires_grad=True)
     c = deepgemm.gemm(a, w.T)
     launches.calls.clear()
+    written = []
+    monkeypatch.setattr(torch_ops, "launch", lambda *args: _noting_where(launches(*args), written))
     c.backward(torch.randn_like(c))
-    (_, dz_a, b_t, *_), (_, a_t, dz_b, *_) = launches.calls
+    (_, dz_a, b_t, *_), (_, dz_t, a_b, *_) = launches.calls
     assert b_t.data_ptr() == w.data_ptr() and b_t.shape == (24, 16) and b_t.is_contiguous()  # w itself
-    assert a_t.data_ptr() == a.data_ptr() and a_t.shape == (16, 8) and a_t.stride() == (1, 16)  # a^T, a view
-    assert dz_a.data_ptr() == dz_b.data_ptr()
+    assert dz_t.data_ptr() == dz_a.data_ptr() and dz_t.shape == (24, 8) and dz_t.stride() == (1, 24)  # dz^T
+    assert a_b.data_ptr() == a.data_ptr() and a_b.is_contiguous()  # a itself
+    assert w.grad.data_ptr() == written[1] and w.grad.is_contiguous()  # accumulated without a copy
+
+
+@pytest.mark.parametrize(("a_layout", "b_layout"), [(x, y) for x in LAYOUTS for y in LAYOUTS])
+def test_each_gradient_comes_in_its_input_s_layout(launches, monkeypatch, a_layout, b_layout):
+    """A row-major leaf read as itself or as its transposed view gets the kernel's output as its gradient (no
+    transposing copy by autograd), its values right."""
+    a_leaf = torch.randn(*((8, 16) if a_layout == "mk" else (16, 8)), dtype=torch.float16, requires_grad=True)
+    b_leaf = torch.randn(*((16, 24) if b_layout == "mk" else (24, 16)), dtype=torch.float16, requires_grad=True)
+    a, b = (x if layout == "mk" else x.T for x, layout in ((a_leaf, a_layout), (b_leaf, b_layout)))
+    dc = torch.randn(8, 24, dtype=torch.float16)
+    c = deepgemm.gemm(a, b, alpha=0.5)
+    written = []  # where each launch wrote: a reference to the tensor itself would make autograd copy it
+    monkeypatch.setattr(torch_ops, "launch", lambda *args: _noting_where(launches(*args), written))
+    c.backward(dc)
+    assert {a_leaf.grad.data_ptr(), b_leaf.grad.data_ptr()} == set(written)
+    da, db = (x.grad if layout == "mk" else x.grad.T for x, layout in ((a_leaf, a_layout), (b_leaf, b_layout)))
+    torch.testing.assert_close(da.float(), 0.5 * dc.float() @ b.detach().float().T, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(db.float(), 0.5 * a.detach().float().T @ dc.float(), rtol=2e-3, atol=2e-3)
 
 
 def test_an_fp32_output_s_gradient_reaches_the_kernel_in_the_input_dtype(launches):
