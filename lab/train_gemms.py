@@ -1,7 +1,9 @@
 """Where tutorial.train's deepgemm step loses its time: every GEMM of a training step alone, in the layouts
-autograd hands the library (forward x @ W^T, dgrad dz @ W, wgrad x^T @ dz, all read in place), timed in CUDA
+autograd hands the library (forward x @ W^T, dgrad dz @ W, wgrad dz^T @ x, all read in place), timed in CUDA
 graphs beside torch.matmul on the same views; then the whole step of each model under torch.profiler, its
-GPU kernel time by kernel against its wall time (what the host adds).
+GPU kernel time by kernel against its wall time; the host's time to issue a step (a few steps queued with
+no wait: the GPU is still behind when the host is done); and with --cprofile, where the deepgemm model's
+host time goes, by Python function.
 
     python -m lab.train_gemms [--record]     --record writes lab/results/h200/train_gemms.json
 """
@@ -25,6 +27,7 @@ from tutorial.timing import capture_graph, graph_calls, time_graph
 
 RECORD = "train_gemms"
 PROFILED_STEPS = 5
+QUEUED_STEPS = 3  # a step issues about 150 launches: three stay well inside the GPU's launch queue
 
 
 def layer_shapes(setup: train.Setup) -> dict[str, tuple[int, int]]:
@@ -40,7 +43,7 @@ def operands(rows: int, n: int, k: int, role: str) -> tuple[torch.Tensor, torch.
         return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
 
     x, weight, dz = rand(rows, k), rand(n, k), rand(rows, n)
-    return {"fwd": (x, weight.T), "dgrad": (dz, weight), "wgrad": (x.T, dz)}[role]
+    return {"fwd": (x, weight.T), "dgrad": (dz, weight), "wgrad": (dz.T, x)}[role]  # wgrad: dW = dz^T x
 
 
 def graph_us(launch: Any) -> float:
@@ -93,9 +96,44 @@ def profiled_step(setup: train.Setup, linear: str) -> dict[str, Any]:
             "top_kernels_ms": dict(top)}  # fmt: skip
 
 
+def host_step_ms(setup: train.Setup, linear: str) -> float:
+    """Host milliseconds to issue one forward and backward: QUEUED_STEPS steps issued after a sync, timed
+    before the next sync, the median of five tries."""
+    model = train.build(setup, linear)
+    x, target = next(train.batches(setup))
+    train.forward_backward(model, x, target)
+    tries = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(QUEUED_STEPS):
+            train.forward_backward(model, x, target)
+        tries.append((time.perf_counter() - start) * 1e3 / QUEUED_STEPS)
+    torch.cuda.synchronize()
+    return statistics.median(tries)
+
+
+def print_cprofile(setup: train.Setup, linear: str) -> None:
+    import cProfile
+    import pstats
+
+    model = train.build(setup, linear)
+    x, target = next(train.batches(setup))
+    train.forward_backward(model, x, target)
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(20):
+        train.forward_backward(model, x, target)
+    torch.cuda.synchronize()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(22)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.train_gemms", description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--cprofile", action="store_true", help="the deepgemm step's host time by function")
     args = parser.parse_args(argv)
     setup = train.Setup()
     rows = gemm_rows(setup)
@@ -106,10 +144,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['x_torch']:7.3f}")  # fmt: skip
     print(f"median x torch {statistics.median(r['x_torch'] for r in rows):.3f}")
     steps = [profiled_step(setup, linear) for linear in ("torch", "deepgemm")]
+    for step in steps:
+        step["host_ms"] = host_step_ms(setup, step["linear"])
     for s in steps:
-        print(f"{s['linear']:9} wall {s['wall_ms']:.3f} ms, kernels {s['kernel_ms']:.3f} ms")
+        print(
+            f"{s['linear']:9} wall {s['wall_ms']:.3f} ms, kernels {s['kernel_ms']:.3f} ms, host {s['host_ms']:.3f} ms"
+        )
         for name, ms in s["top_kernels_ms"].items():
             print(f"    {ms:7.3f}  {name}")
+    if args.cprofile:
+        print_cprofile(setup, "deepgemm")
     if args.record:
         prov = results.provenance(["python", "-m", "lab.train_gemms", *(argv if argv is not None else sys.argv[1:])])
         print(f"recorded {results.save(RECORD, rows, prov, directory=RESULTS_DIR, extra={'steps': steps})}")

@@ -573,6 +573,23 @@ def test_without_a_gpu_the_training_command_shows_the_record_or_how_to_make_it(t
     assert "loss curves: every 20-step mean within 0.00% of nn.Linear's" in capsys.readouterr().out
 
 
+def test_a_window_may_stray_as_far_as_twice_the_rounding_control_and_no_further():
+    from tutorial import train
+
+    ref = [1.0 / (1 + i) for i in range(60)]
+
+    def spiked(height: float, at: int = 25) -> list[float]:  # one step's loss raised by `height` times itself
+        return [x * (1 + height) if i == at else x for i, x in enumerate(ref)]
+
+    gap = train.window_gaps(ref, spiked(1.0))[1]  # the spike's window: about 5.5% off
+    assert gap > train.CURVE_TOL
+    assert not train.compare(ref, spiked(1.0), {"w": 0.0})["passed"]  # no control: 2% is the bound
+    assert train.compare(ref, spiked(1.0), {"w": 0.0}, control=spiked(0.6))["passed"]  # the control strays 0.6x
+    assert not train.compare(ref, spiked(1.0), {"w": 0.0}, control=spiked(0.4))["passed"]  # 0.4x: too far
+    late = [x * 1.03 if i >= 40 else x for i, x in enumerate(ref)]  # the last window 3% off
+    assert not train.compare(ref, late, {"w": 0.0}, control=late)["passed"]
+
+
 def test_the_comparison_fails_a_model_that_does_not_learn():
     from tutorial import train
 

@@ -14,8 +14,12 @@ on FP32 master copies of the BF16 weights. The deepgemm run is the same model wi
 for deepgemm.nn.Linear.from_linear, the MLP's GELU fused into its first layer.
 
 Checked: every linear layer's first gradient against nn.Linear's (relative Frobenius error within GRAD_TOL),
-the mean loss over every WINDOW steps within CURVE_TOL of the other run's, and the loss falling below
-LEARNED of where it started (a model whose gradients were dropped does not learn). Timed: the forward and
+the loss falling below LEARNED of where it started (a model whose gradients were dropped does not learn), the
+last WINDOW steps' mean loss within CURVE_TOL of nn.Linear's, and every window's mean within CURVE_TOL or
+within CONTROL_FACTOR times the largest gap of a control run: nn.Linear's model with its GEMMs computed in
+FP32 and rounded to BF16, a run that differs from nn.Linear's in rounding alone. On the GPU, rounding alone
+moves a loss spike by a step or two, and a 20-step mean across it by more than 2% (the H200's first run:
+15% in one window, 0.4% in the last). Timed: the forward and
 backward, and the whole step with the optimizer, per step, eager and compiled (fullgraph: no graph break),
 the median over windows of CUDA events; the peak memory of a step; the deepgemm model also with the MLP's
 first layer calling `torch.ops.deepgemm.gemm` directly, which fuses the GELU and recomputes its input in the
@@ -45,6 +49,7 @@ RECORD = "train"
 COMMAND = "python -m tutorial.train --record"
 GRAD_TOL = 0.02  # BF16 outputs round at 2^-9 relative; a dropped or wrong gradient is off by ~1
 CURVE_TOL = 0.02  # the runs differ in the GEMMs' rounding alone: 5e-4 between two CPU runs of this task
+CONTROL_FACTOR = 2.0  # a window may stray from nn.Linear's run twice as far as the rounding control's does
 WINDOW = 20  # steps per compared mean: single steps differ by their own rounding noise
 LEARNED = 0.5  # the last window's loss below this fraction of the first's: the weights learn
 TIMED_WINDOWS, TIMED_STEPS, WARMUP_STEPS = 5, 10, 3
@@ -106,7 +111,16 @@ class RecomputingLinear(dnn.Linear):
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+class Fp32Linear(nn.Linear):
+    """nn.Linear with its GEMMs in FP32, rounded to the input's type: the control run's layer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.float()
+        return F.linear(x.float(), self.weight.float(), bias).to(x.dtype)
+
+
 LINEARS = ("torch", "deepgemm", "deepgemm, z recomputed")
+CONTROL = "torch, fp32 GEMMs"
 
 
 def build(setup: Setup, linear: str = "torch") -> Model:
@@ -114,6 +128,11 @@ def build(setup: Setup, linear: str = "torch") -> Model:
     torch.manual_seed(setup.seed)
     model = Model(setup).to(device=setup.device, dtype=torch.bfloat16)
     if linear == "torch":
+        return model
+    if linear == CONTROL:
+        for module in model.modules():
+            if type(module) is nn.Linear:
+                module.__class__ = Fp32Linear
         return model
     for block in model.blocks:
         block.qkv, block.proj, block.fc2 = (dnn.Linear.from_linear(m) for m in (block.qkv, block.proj, block.fc2))
@@ -183,14 +202,21 @@ def window_means(losses: Sequence[float], window: int = WINDOW) -> list[float]:
     return [statistics.fmean(losses[i : i + window]) for i in range(0, len(losses) - window + 1, window)]
 
 
-def compare(reference: Sequence[float], other: Sequence[float], grads: dict[str, float]) -> dict[str, Any]:
-    """The checks of a deepgemm run against the nn.Linear one: window means, learning, first gradients."""
-    ref, mine = window_means(reference), window_means(other)
-    gaps = [abs(a - b) / b for a, b in zip(mine, ref)]
-    learned = ref[-1] / ref[0]
+def compare(
+    reference: Sequence[float], other: Sequence[float], grads: dict[str, float], control: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """The checks of a deepgemm run against the nn.Linear one: window means (against the control's gaps, where
+    given), the last window, learning, first gradients."""
+    gaps = window_gaps(reference, other)
+    control_gap = max(window_gaps(reference, control)) if control is not None else 0.0
+    allowed = max(CURVE_TOL, CONTROL_FACTOR * control_gap)
+    learned = window_means(reference)[-1] / window_means(reference)[0]
     check = {
         "window": WINDOW,
         "curve_tol": CURVE_TOL,
+        "control_factor": CONTROL_FACTOR,
+        "control_max_window_gap": control_gap,
+        "allowed_window_gap": allowed,
         "max_window_gap": max(gaps),
         "last_window_gap": gaps[-1],
         "learned": learned,
@@ -198,8 +224,14 @@ def compare(reference: Sequence[float], other: Sequence[float], grads: dict[str,
         "grad_tol": GRAD_TOL,
         "grad_rel_err": grads,
     }
-    check["passed"] = max(gaps) <= CURVE_TOL and learned < LEARNED and max(grads.values()) <= GRAD_TOL
+    check["passed"] = (max(gaps) <= allowed and gaps[-1] <= CURVE_TOL and learned < LEARNED
+                       and max(grads.values()) <= GRAD_TOL)  # fmt: skip
     return check
+
+
+def window_gaps(reference: Sequence[float], other: Sequence[float]) -> list[float]:
+    """Each window's mean loss against the reference's, relative."""
+    return [abs(a - b) / b for a, b in zip(window_means(other), window_means(reference))]
 
 
 def grad_errors(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -211,8 +243,9 @@ def run_curves(setup: Setup) -> dict[str, Any]:
     """Both runs, eager, and their comparison."""
     ref_losses, ref_grads = curve(setup, "torch")
     losses, grads = curve(setup, "deepgemm")
-    check = compare(ref_losses, losses, grad_errors(ref_grads, grads))
-    return {"curves": {"torch": ref_losses, "deepgemm": losses}, "check": check}
+    control, _ = curve(setup, CONTROL)
+    check = compare(ref_losses, losses, grad_errors(ref_grads, grads), control)
+    return {"curves": {"torch": ref_losses, "deepgemm": losses, CONTROL: control}, "check": check}
 
 
 def median_ms(step: Callable[[], Any], windows: int = TIMED_WINDOWS, steps: int = TIMED_STEPS) -> float:
@@ -280,7 +313,10 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
     check = record["check"]
     lines = [results.format_table(record["rows"], COLUMNS)]
     lines.append(f"loss curves: every {check['window']}-step mean within {100 * check['max_window_gap']:.2f}% of "
-                 f"nn.Linear's (tolerance {100 * check['curve_tol']:.0f}%), the last window at "
+                 f"nn.Linear's (allowed {100 * check.get('allowed_window_gap', check['curve_tol']):.2f}%: "
+                 f"{100 * check['curve_tol']:.0f}%, or {check.get('control_factor', 0):g} x the FP32 control's "
+                 f"{100 * check.get('control_max_window_gap', 0):.2f}%), the last within "
+                 f"{100 * check['last_window_gap']:.2f}% ({100 * check['curve_tol']:.0f}%); the last window at "
                  f"{check['learned']:.3f} of the first; first gradients within "
                  f"{max(check['grad_rel_err'].values()):.4f} (tolerance {check['grad_tol']}): "
                  f"{'passed' if check['passed'] else 'FAILED'}")  # fmt: skip
