@@ -525,7 +525,17 @@ def table(path: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
     if not path.is_file():
         return {}
     rows = json.loads(path.read_text())["rows"]
-    return {problem_key(r): config_from_fields(r["config"]) for r in rows}
+    return {problem_key(r): config_from_fields(tabled_fields(r)) for r in rows}
+
+
+def tabled_fields(row: dict) -> dict[str, int]:
+    """An entry's config, with PDL only where the entry ran under PDL_BELOW_US: a table tuned when autotune
+    tried PDL on every winner (timing queued calls) keeps it on longer kernels, and there, in CUDA graphs, PDL
+    cost a median 2.4% and up to 32% (768 x 28672 x 4096: 347 us against 270 queued; results/h200/shapes.json)."""
+    fields = dict(row["config"])
+    if fields.get("PDL") and row.get("us", 0.0) >= PDL_BELOW_US:
+        fields["PDL"] = 0
+    return fields
 
 
 def problem_key(row: dict) -> tuple[str, int, int, int]:

@@ -309,10 +309,19 @@ def test_the_shipped_table_is_the_records_best_of_every_shape():
     heuristic.table.cache_clear()
     try:
         assert heuristic.table(heuristic.table_path("NVIDIA H200", SHIPPED)) == {
-            heuristic.problem_key(r): config_from_fields(r["config"]) for r in shipped["rows"]
+            heuristic.problem_key(r): config_from_fields(heuristic.tabled_fields(r)) for r in shipped["rows"]
         }
     finally:
         heuristic.table.cache_clear()
+
+
+def test_a_table_entry_keeps_pdl_only_under_the_pdl_bound(tables_dir):
+    fields = {"block_n": 256, "num_stages": 4, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "PDL": 1}
+    rows = [{"dtype": "fp16", "m": m, "n": 4096, "k": 4096, "config": fields, "us": us}
+            for m, us in ((128, heuristic.PDL_BELOW_US - 1), (2048, heuristic.PDL_BELOW_US))]  # fmt: skip
+    _table(tables_dir, "h200", rows)
+    assert heuristic.pick_config(128, 4096, 4096, "fp16", *H200, False)[0].extra["PDL"] == 1
+    assert "PDL" not in heuristic.pick_config(2048, 4096, 4096, "fp16", *H200, False)[0].extra
 
 
 def test_a_table_entry_the_layout_cannot_take_is_passed_over(tables_dir):
