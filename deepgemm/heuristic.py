@@ -66,15 +66,15 @@ table (`tutorial.autotune`) replaces the model's guess with a measurement for ev
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
 and eight fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches seven, and
 sets the launch cost, which only shifts every estimate, to make the median estimate the measured time).
-They were fitted to the record of the space before this one (BLOCK_N 64 to 256 in steps of 64, swap AB
-at M <= 32, clusters of one or two along M, split-K). Against this kernel's autotune record (FP16, the 102
-problems of the shape table, each timing the model's 8 cheapest candidates, the cheapest of each family
-and the kernel's default), the model's first choice among the timed candidates is on average 3.9% slower
-than the fastest (at worst 26.4%; 13 of the 102 over 10%); its estimates are within 0.72 to 1.01 times the
+They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
+model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
+the space, with the per-SM HBM bound held at 40 GB/s (fitted without it, the model streams M = 1 from half
+the SMs). Against that record the model's first choice among the timed candidates is on average 2.7% slower
+than the fastest (at worst 19.3%; 6 of the 102 over 10%); its estimates are within 0.80 to 1.14 times the
 measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers
-against the record). That is short of the aim, 3% on average and 10% at worst: the model does not yet
-price what sets one consumer warpgroup's tiles apart, nor where an operand comes from (the weight from
-HBM, the tokens from L2), and it ranks most of its misses among the small-M swapped tiles (notes/worklog.md).
+against the record). The aim is 3% on average and 10% at worst: the model does not yet price what sets one
+consumer warpgroup's tiles apart, nor where an operand comes from (the weight from HBM, the tokens from L2),
+and it ranks most of its misses among the small-M swapped tiles (notes/worklog.md).
 """
 
 from __future__ import annotations
@@ -119,16 +119,16 @@ CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
 FLOP_PER_CLOCK = 4096  # dense FP16/BF16 per SM per clock
 HBM_GBS = 4000.0  # sustained HBM bandwidth, GB/s (4.8 TB/s on the datasheet)
 PARTIAL_BYTES = 4  # split-K and stream-K partials are fp32
-L2_BYTES_PER_CLOCK = 64  # operand bytes TMA delivers into one SM per clock (fitted)
+L2_BYTES_PER_CLOCK = 128  # operand bytes TMA delivers into one SM per clock (fitted)
 K_TILE_OVERHEAD_CLOCKS = 128  # per k-tile besides the MMAs: barrier hand-offs, wgmma issue, drain (fitted)
-CLUSTER_SYNC_CLOCKS = 0  # per k-tile and CTA of a cluster past the first: a multicast stage is refilled only
+CLUSTER_SYNC_CLOCKS = 16  # per k-tile and CTA of a cluster past the first: a multicast stage is refilled only
 # when every CTA it feeds has released it, so a cluster keeps its slowest CTA's pace (fitted, with 2 x 2
 # against 2 x 1 at 4096^3 and 8192^3 from lab/results/h200/v5_cluster_n.json)
 SM_HBM_GBS = 40.0  # what one SM's loads in flight stream from HBM: stages in flight over HBM's latency (fitted)
-L2_GBS = 9000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
-PARTIAL_BYTES_PER_CLOCK = 64  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
-FIXUP_US = 3.0  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
-LAUNCH_US = 2.5  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
+L2_GBS = 8000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
+PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
+FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
+LAUNCH_US = 5.4  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
 # Programmatic dependent launch (the kernel's prologue overlapping the end of the one before it): in the lab's
 # sweep (lab/results/h200/library_space.json, FP16, back-to-back calls) it took 0.4 to 1.7 us off every
 # shape whose best ran under 50 us, and added 3 to 9 us at three of the six above (1 x 28672 x 4096,
