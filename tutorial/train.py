@@ -2,7 +2,7 @@
 synthetic data with deepgemm.nn.Linear and, from the same seed, with nn.Linear; the loss curves compared and
 the training step timed, eager and torch.compile'd.
 
-    python -m tutorial.train [--steps 300] [--record]     --record writes results/<gpu>/train.json
+    python -m tutorial.train [--steps 300] [--widths 1024,2048] [--record]     --record: results/<gpu>/train.json
 
 The model: `blocks` pre-norm transformer blocks (causal attention through F.scaled_dot_product_attention, an
 MLP with GELU) and a linear head, in BF16, every weight random from the seed. The task: regress a fixed random
@@ -21,7 +21,9 @@ FP32 and rounded to BF16, a run that differs from nn.Linear's in rounding alone.
 moves a loss spike by a step or two, and a 20-step mean across it by more than 2% (the H200's first run:
 15% in one window, 0.4% in the last). Timed: the forward and
 backward, and the whole step with the optimizer, per step, eager and compiled (fullgraph: no graph break),
-the median over windows of CUDA events; the peak memory of a step; the deepgemm model also with the MLP's
+the median over windows of CUDA events, at each of --widths (a step at width 1024 issues about 150 kernels
+of 30 us or less, and the host's time per launch shows; at 2048 the GEMMs are four times the work); the peak
+memory of a step; the deepgemm model also with the MLP's
 first layer calling `torch.ops.deepgemm.gemm` directly, which fuses the GELU and recomputes its input in the
 backward, against `deepgemm.nn.Linear`, which keeps it (deepgemm/torch_ops.py says why).
 """
@@ -284,10 +286,10 @@ def time_model(setup: Setup, linear: str, mode: str) -> dict[str, Any]:
             "first_step_s": first_s}  # fmt: skip
 
 
-def run_timings(setup: Setup, modes: Sequence[str]) -> list[dict[str, Any]]:
+def run_timings(setup: Setup, modes: Sequence[str], recomputed: bool = True) -> list[dict[str, Any]]:
     rows = []
     for mode in modes:
-        linears = LINEARS if mode == "eager" else LINEARS[:2]  # kept against recomputed: eager is enough
+        linears = LINEARS if mode == "eager" and recomputed else LINEARS[:2]  # kept against recomputed: once
         here = [time_model(setup, linear, mode) for linear in linears]
         for row in here:
             row["x_torch"] = here[0]["fwd_bwd_ms"] / row["fwd_bwd_ms"]  # > 1: faster than nn.Linear
@@ -300,6 +302,7 @@ def run_timings(setup: Setup, modes: Sequence[str]) -> list[dict[str, Any]]:
 
 
 COLUMNS = (
+    ("width", "width", 0),
     ("mode", "mode", 0),
     ("linear", "linear", 0),
     ("fwd_bwd_ms", "fwd+bwd ms", 3),
@@ -339,16 +342,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=Setup.steps, help="training steps of each loss curve")
     parser.add_argument("--modes", default="eager,compiled", help="what is timed: eager, compiled or both")
+    parser.add_argument("--widths", default="1024,2048", help="model widths timed (the curves use the first)")
     parser.add_argument("--record", action="store_true", help="write results/<gpu>/train.json")
     args = parser.parse_args(argv)
     if args.steps < 2 * WINDOW:
         parser.error(f"--steps {args.steps}: the curves are compared in windows of {WINDOW} steps; give at least two")
     if not gpu_available():
         return show_record()
-    setup = replace(Setup(), steps=args.steps)
-    log(f"loss curves: {setup.steps} steps each, nn.Linear and deepgemm.nn.Linear")
+    widths = [int(w) for w in args.widths.split(",") if w]
+    setup = replace(Setup(), steps=args.steps, width=widths[0])
+    log(f"loss curves: {setup.steps} steps each, nn.Linear, deepgemm.nn.Linear and the FP32 control")
     found = run_curves(setup)
-    rows = run_timings(setup, [m for m in args.modes.split(",") if m])
+    modes = [m for m in args.modes.split(",") if m]
+    rows = [row for i, width in enumerate(widths) for row in run_timings(replace(setup, width=width), modes, i == 0)]
     record = {"rows": rows, **found}
     print("\n".join(summary_lines(record)))
     if args.record:
