@@ -14,12 +14,12 @@ on FP32 master copies of the BF16 weights. The deepgemm run is the same model wi
 for deepgemm.nn.Linear.from_linear, the MLP's GELU fused into its first layer.
 
 Checked: every linear layer's first gradient against nn.Linear's (relative Frobenius error within GRAD_TOL),
-the loss falling below LEARNED of where it started (a model whose gradients were dropped does not learn), the
-last WINDOW steps' mean loss within CURVE_TOL of nn.Linear's, and every window's mean within CURVE_TOL or
-within CONTROL_FACTOR times the largest gap of a control run: nn.Linear's model with its GEMMs computed in
-FP32 and rounded to BF16, a run that differs from nn.Linear's in rounding alone. On the GPU, rounding alone
-moves a loss spike by a step or two, and a 20-step mean across it by more than 2% (the H200's first run:
-15% in one window, 0.4% in the last). Timed: the forward and
+the loss falling below LEARNED of where it started (a model whose gradients were dropped does not learn),
+and every WINDOW steps' mean loss within CURVE_TOL of nn.Linear's or within CONTROL_FACTOR times the largest
+gap of a control run: nn.Linear's model with its GEMMs computed in FP32 and rounded to BF16, a run that
+differs from nn.Linear's in rounding alone. On the GPU rounding alone moves a loss spike by a step or two,
+and past step 100 the control's 20-step means stray from nn.Linear's by up to 7.5% in any window, the last
+included (results/h200/train.json). Timed: the forward and
 backward, and the whole step with the optimizer, per step, eager and compiled (fullgraph: no graph break),
 the median over windows of CUDA events, at each of --widths (a step at width 1024 issues about 150 kernels
 of 30 us or less, and the host's time per launch shows; at 2048 the GEMMs are four times the work); the peak
@@ -226,8 +226,7 @@ def compare(
         "grad_tol": GRAD_TOL,
         "grad_rel_err": grads,
     }
-    check["passed"] = (max(gaps) <= allowed and gaps[-1] <= CURVE_TOL and learned < LEARNED
-                       and max(grads.values()) <= GRAD_TOL)  # fmt: skip
+    check["passed"] = max(gaps) <= allowed and learned < LEARNED and max(grads.values()) <= GRAD_TOL
     return check
 
 
@@ -319,7 +318,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
                  f"nn.Linear's (allowed {100 * check.get('allowed_window_gap', check['curve_tol']):.2f}%: "
                  f"{100 * check['curve_tol']:.0f}%, or {check.get('control_factor', 0):g} x the FP32 control's "
                  f"{100 * check.get('control_max_window_gap', 0):.2f}%), the last within "
-                 f"{100 * check['last_window_gap']:.2f}% ({100 * check['curve_tol']:.0f}%); the last window at "
+                 f"{100 * check['last_window_gap']:.2f}%; the last window at "
                  f"{check['learned']:.3f} of the first; first gradients within "
                  f"{max(check['grad_rel_err'].values()):.4f} (tolerance {check['grad_tol']}): "
                  f"{'passed' if check['passed'] else 'FAILED'}")  # fmt: skip
@@ -335,6 +334,10 @@ def show_record(directory: Path = results.RESULTS_DIR) -> int:
         return 2
     print(results.recorded_banner(record["provenance"]))
     print("\n".join(summary_lines(record)))
+    curves = record.get("curves", {})
+    if CONTROL in curves:  # the rule may have changed since the recording: apply today's to its curves
+        now = compare(curves["torch"], curves["deepgemm"], record["check"]["grad_rel_err"], curves[CONTROL])
+        print(f"today's comparison, on the recorded curves: {'passed' if now['passed'] else 'FAILED'}")
     return 0
 
 
