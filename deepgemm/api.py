@@ -1,4 +1,6 @@
-"""The library call: `deepgemm.gemm(a, b, ...)` runs the library kernel (sm_90a: H100, H200).
+"""The library call: `deepgemm.gemm(a, b, ...)` runs the library kernel of the caller's GPU: the sm_90a kernel on
+Hopper (H100, H200; `deepgemm.plan`), the sm_80 kernel on any other GPU of compute capability 8.0 or newer
+(Ampere, Ada, consumer Blackwell; `deepgemm.plan_sm80`). Which one is decided when a key's plan is built.
 
 A call is planned once per key: the framework, device, dtypes, shapes, strides and alignment of the operands,
 the bias, `out`, the activation, the output dtype and the config (`deepgemm.plan`). A call whose key has a
@@ -7,7 +9,8 @@ framework, points the kernel's tensor maps at this call's arrays and launches on
 stream: no checks, no DLPack, no CuPy launch.
 
 A call without a config runs the one this GPU's autotune table holds for its problem, or else the
-heuristic's pick (`deepgemm.heuristic`): tile, cluster, split-K and pipeline depth by shape.
+heuristic's pick (`deepgemm.heuristic`; `deepgemm.heuristic_sm80` for the sm_80 kernel): tile, cluster,
+split-K and pipeline depth by shape.
 
 PyTorch tensors take `deepgemm.torch_ops.gemm` first, once torch is imported: a plain eager call comes back
 to `launch` here, and one whose result needs a gradient, or that torch.compile traces, goes through the
@@ -19,9 +22,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-from deepgemm import plan
+from deepgemm import plan, plan_sm80
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import output_dtype
 from deepgemm.frameworks import Cupy, Torch, framework_of
@@ -103,7 +107,8 @@ def launch(
                             config=config)  # fmt: skip
     if found is None:
         require_not_capturing(framework, a)
-        found = plan.build(framework, a, b, bias, out, activation=activation, out_dtype=out_dtype, config=config)
+        family = plan_family(framework.meta(a)[3])
+        found = family.build(framework, a, b, bias, out, activation=activation, out_dtype=out_dtype, config=config)
         if len(_PLANS) >= PLAN_CACHE_SIZE:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = found
@@ -111,6 +116,14 @@ def launch(
 
 
 _PLANS: dict[tuple, plan.Plan] = {}
+
+
+def plan_family(device: int) -> ModuleType:
+    """The plan module whose kernel a call on `device` runs: `plan_sm80` where it runs (any GPU but Hopper, by
+    the capability the library goes by, or Hopper with DEEPGEMM_FORCE_SM80=1), else `plan` (sm_90a). Asked
+    where a plan is built, so a cached call pays nothing for it; both build the same frozen `plan.Plan`."""
+    return plan_sm80 if plan_sm80.runs_on(device) else plan
+
 
 CAPTURE_MESSAGE = (
     "deepgemm.gemm: this call has no plan yet, and a plan cannot be built while the stream captures a CUDA graph "
@@ -177,4 +190,5 @@ def gemm_as_cupy(a: Any, b: Any, *, out: Any, bias: Any, **options: Any) -> Any:
 def config_of(a: Any, b: Any, *, out_dtype: Any = None, config: GemmConfig | None = None) -> tuple[GemmConfig, str]:
     """The config `gemm(a, b, ...)` runs and where it came from: "caller", "table" or "heuristic"."""
     problem = check_operands(a, b, None, out_dtype)
-    return plan.chosen_config(problem, problem.a.device.id, config)
+    device = problem.a.device.id
+    return plan_family(device).chosen_config(problem, device, config)

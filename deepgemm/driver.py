@@ -12,6 +12,8 @@ module is the JIT's (`deepgemm.jit`, through CuPy).
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
@@ -92,6 +94,30 @@ ATTRIBUTE_CC_MAJOR, ATTRIBUTE_CC_MINOR = 75, 76
 FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
+# An H200 runs every branch a reader's GPU takes once the code believes it is that GPU: DEEPGEMM_CC="8.9" makes
+# every reading of the capability (this module's limits, `deepgemm.operands.compute_capability`, and through them
+# the library's dispatch, the stages' checks, the tutorial and the GPU tests) say 8.9. Only the JIT reads the
+# real one (`deepgemm.jit.device_arch`): code must still be compiled for the GPU that runs it.
+CC_ENV = "DEEPGEMM_CC"
+
+
+def capability_override() -> tuple[int, int] | None:
+    """DEEPGEMM_CC as (major, minor), or None where it is unset or empty; ValueError naming the variable where
+    it is not "MAJOR.MINOR" (e.g. "8.0", "8.9", "12.0")."""
+    text = os.environ.get(CC_ENV, "").strip()
+    if not text:
+        return None
+    found = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text)
+    if found is None:
+        raise ValueError(f"{CC_ENV}={text!r} is not a compute capability: write MAJOR.MINOR, e.g. 8.0, 8.9 or 12.0")
+    return int(found[1]), int(found[2])
+
+
+def effective_capability(real: tuple[int, int]) -> tuple[int, int]:
+    """The compute capability the code goes by: DEEPGEMM_CC where set, else `real`, the GPU's own."""
+    return capability_override() or real
+
+
 @dataclass(frozen=True)
 class DeviceLimits:
     """What a plan reads off a GPU: its SMs, the shared memory one block may use, its compute capability."""
@@ -103,14 +129,15 @@ class DeviceLimits:
 
 @cache
 def device_limits(device: int) -> DeviceLimits:
-    """The GPU's limits, asked once per device."""
+    """The GPU's limits, asked once per device; its compute capability as the library goes by it
+    (`effective_capability`: DEEPGEMM_CC where set)."""
 
     def attribute(which: int) -> int:
         value = ctypes.c_int()
         check(libcuda().cuDeviceGetAttribute(ctypes.byref(value), which, device), "cuDeviceGetAttribute")
         return value.value
 
-    cc = (attribute(ATTRIBUTE_CC_MAJOR), attribute(ATTRIBUTE_CC_MINOR))
+    cc = effective_capability((attribute(ATTRIBUTE_CC_MAJOR), attribute(ATTRIBUTE_CC_MINOR)))
     return DeviceLimits(attribute(ATTRIBUTE_SM_COUNT), attribute(ATTRIBUTE_SMEM_PER_BLOCK_OPTIN), cc)
 
 

@@ -24,7 +24,9 @@ from pathlib import Path
 import cupy
 import numpy as np
 
-LIBRARY_KERNEL = Path(__file__).resolve().parent / "kernels" / "gemm_sm90.cu"  # what deepgemm.gemm runs
+from deepgemm.operands import SM90A, real_compute_capability
+
+LIBRARY_KERNEL = Path(__file__).resolve().parent / "kernels" / "gemm_sm90.cu"  # what deepgemm.gemm runs on Hopper
 ENTRY_POINT = "gemm_kernel"
 BASE_OPTIONS = ("-std=c++17",)
 # CuPy adds these to every RawModule it compiles; a compile without a GPU adds them too, so that its SASS
@@ -68,9 +70,14 @@ def define_options(defines: Mapping[str, int]) -> tuple[str, ...]:
 
 
 def device_arch() -> str:
-    """The NVRTC target for the current GPU: `sm_90a` on Hopper (wgmma, setmaxnreg), else `sm_XY`."""
-    cc = cupy.cuda.Device().compute_capability
-    return "sm_90a" if cc == "90" else f"sm_{cc}"
+    """The NVRTC target for the current GPU: `sm_90a` on Hopper (wgmma, setmaxnreg), else `sm_XY`.
+
+    The GPU's real capability, never DEEPGEMM_CC's: a cubin loads only on the architecture it was built for,
+    so an H200 told it is 8.0 must still get sm_90a code. Built for sm_90a, the sm_80 kernel and v0 to v2
+    are the same source an sm_80 card compiles (their instructions are in every architecture since 8.0), so
+    forcing their branch on an H200 tests the code a reader's GPU runs; only the SASS differs."""
+    cc = real_compute_capability()
+    return "sm_90a" if cc == SM90A else f"sm_{cc[0]}{cc[1]}"
 
 
 @cache

@@ -14,11 +14,13 @@ from typing import Any
 import cupy
 import numpy as np
 
+from deepgemm.driver import CC_ENV, effective_capability
 from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, output_dtype
 from deepgemm.frameworks import torch_view
 from deepgemm.model import round_up
 
 VECTOR_BYTES = 16  # cp.async, 16-byte loads and TMA all need 16-byte aligned rows
+SM90A = (9, 0)  # wgmma, setmaxnreg: sm_90a's arch-specific instructions, which Hopper alone runs
 
 
 def as_device_array(x: Any, name: str) -> cupy.ndarray:
@@ -52,15 +54,21 @@ def require_gpu(min_cc: tuple[int, int], stage: str, *, exact: bool = False) -> 
     if count == 0:
         raise RuntimeError(f"{stage} needs a CUDA GPU and none is visible")
     cc = compute_capability()
-    if cc < min_cc or (exact and cc != min_cc):  # the name is looked up only for the error
+    if not supports(cc, min_cc, exact=exact):  # the name is looked up only for the error
         check_compute_capability(cc, device_name(cupy.cuda.Device().id), min_cc, stage, exact=exact)
+
+
+def supports(cc: tuple[int, int], min_cc: tuple[int, int], *, exact: bool = False) -> bool:
+    """Whether a GPU of compute capability `cc` runs code that needs `min_cc` or newer, or, where `exact`,
+    `min_cc` itself (sm_90a code, SM90A: wgmma and setmaxnreg exist on Hopper alone)."""
+    return cc == min_cc if exact else cc >= min_cc
 
 
 def check_compute_capability(
     cc: tuple[int, int], name: str, min_cc: tuple[int, int], stage: str, *, exact: bool = False
 ) -> None:
     """RuntimeError naming the GPU when its compute capability `cc` cannot run the stage."""
-    if cc < min_cc or (exact and cc != min_cc):
+    if not supports(cc, min_cc, exact=exact):
         wanted = f"exactly {min_cc[0]}.{min_cc[1]} (sm_90a, Hopper)" if exact else f"{min_cc[0]}.{min_cc[1]} or newer"
         raise RuntimeError(f"{stage} needs compute capability {wanted}; {name} is {cc[0]}.{cc[1]}")
 
@@ -72,9 +80,24 @@ def device_name(device: int) -> str:
     return cupy.cuda.runtime.getDeviceProperties(device)["name"].decode()
 
 
-def compute_capability() -> tuple[int, int]:
+def real_compute_capability() -> tuple[int, int]:
+    """The current GPU's own compute capability, whatever DEEPGEMM_CC says: what code is compiled for."""
     cc = cupy.cuda.Device().compute_capability
     return int(cc[:-1]), int(cc[-1])
+
+
+def compute_capability() -> tuple[int, int]:
+    """The current GPU's compute capability as the library and the tutorial go by it: DEEPGEMM_CC where set
+    (`deepgemm.driver.effective_capability`), else the GPU's own."""
+    return effective_capability(real_compute_capability())
+
+
+def capability_label() -> str:
+    """The capability `compute_capability` gives, as messages name it: "8.9", and where DEEPGEMM_CC sets it,
+    what the GPU really is ("8.9 (DEEPGEMM_CC; really 9.0)")."""
+    cc, real = compute_capability(), real_compute_capability()
+    shown = f"{cc[0]}.{cc[1]}"
+    return shown if cc == real else f"{shown} ({CC_ENV}; really {real[0]}.{real[1]})"
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,7 @@ def plans(monkeypatch):
 
     monkeypatch.setattr(api, "framework_of", lambda x: _Framework)
     monkeypatch.setattr(api.plan, "build", build)
+    monkeypatch.setattr(api.plan_sm80, "runs_on", lambda device: False)  # Hopper's plans (CI has no driver to ask)
     monkeypatch.setattr(api, "_PLANS", {})
     return built
 
@@ -227,6 +228,7 @@ def test_config_of_says_what_a_call_runs_and_from_where(monkeypatch):
         return "cfg", "table"
 
     monkeypatch.setattr(api.plan, "chosen_config", chosen_config)
+    monkeypatch.setattr(api.plan_sm80, "runs_on", lambda device: False)
     mine = GemmConfig(block_n=128)
     assert api.config_of(_gpu_array((4, 8)), _gpu_array((8, 6)), config=mine) == ("cfg", "table")
     assert asked == [(4, 6, 8, 0, mine)]
@@ -246,3 +248,101 @@ def test_no_plan_is_built_while_the_stream_captures_a_graph(plans, monkeypatch):
     with pytest.raises(RuntimeError, match="Warm up first: make the same call"):
         gemm(_array((256, 64)), b)  # another key
     assert len(plans) == 1 and len(plans[0].calls) == 2
+
+
+# ---- which kernel: the plan family by the device's compute capability --------------------------------------
+
+
+@pytest.fixture
+def gpu_of(monkeypatch):
+    """`gpu_of(cc)` makes device 0 a GPU of compute capability `cc` as plan_sm80 reads it (DEEPGEMM_FORCE_SM80
+    unset unless a test sets it)."""
+    from deepgemm import plan_sm80
+    from deepgemm.driver import DeviceLimits
+
+    monkeypatch.delenv(plan_sm80.FORCE_ENV, raising=False)
+
+    def make(cc: tuple[int, int]) -> None:
+        monkeypatch.setattr(plan_sm80, "device_limits", lambda device: DeviceLimits(128, 101_376, cc))
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("cc", "family"),
+    [((8, 0), "plan_sm80"), ((8, 6), "plan_sm80"), ((8, 9), "plan_sm80"), ((12, 0), "plan_sm80"), ((9, 0), "plan")],
+)
+def test_every_gpu_but_hopper_gets_the_sm80_plans(gpu_of, cc, family):
+    """A100 (8.0), RTX 30 (8.6), RTX 40 / L40 (8.9) and consumer Blackwell (12.0) have no wgmma: the sm_80
+    kernel; Hopper (9.0) its own."""
+    from deepgemm import api
+
+    gpu_of(cc)
+    assert api.plan_family(0) is getattr(api, family)
+
+
+def test_forcing_sm80_sends_hopper_to_the_sm80_plans(gpu_of, monkeypatch):
+    from deepgemm import api, plan_sm80
+
+    gpu_of((9, 0))
+    monkeypatch.setenv(plan_sm80.FORCE_ENV, "1")
+    assert api.plan_family(0) is plan_sm80
+    monkeypatch.setenv(plan_sm80.FORCE_ENV, "0")
+    assert api.plan_family(0) is api.plan
+
+
+def test_a_call_builds_its_plan_with_its_gpus_family_once_per_key(monkeypatch):
+    """The family is asked when a key's plan is built, not on the calls that find it: a cached call costs
+    what it did before there were two kernels. config_of asks the same family."""
+    from deepgemm import api, gemm, plan_sm80
+
+    built, asked = [], []
+
+    def builder(name):
+        def build(framework, a, b, bias, out, *, activation, out_dtype, config):
+            built.append(name)
+            return _Plan(name)
+
+        return build
+
+    def runs_on(device):
+        asked.append(device)
+        return True
+
+    monkeypatch.setattr(api, "framework_of", lambda x: _Framework)
+    monkeypatch.setattr(api, "_PLANS", {})
+    monkeypatch.setattr(api.plan, "build", builder("sm90a"))
+    monkeypatch.setattr(plan_sm80, "build", builder("sm80"))
+    monkeypatch.setattr(plan_sm80, "runs_on", runs_on)
+    for ptr in (0x10000, 0x20000, 0x30000):
+        gemm(_array(ptr=ptr), _array((64, 32), (64, 2)))
+    assert built == ["sm80"] and asked == [0]
+    monkeypatch.setattr(plan_sm80, "chosen_config", lambda problem, device, config: ("sm80 cfg", "heuristic"))
+    assert api.config_of(_gpu_array((4, 8)), _gpu_array((8, 6))) == ("sm80 cfg", "heuristic")
+
+
+@pytest.mark.parametrize(("override", "family"), [("8.0", "plan_sm80"), ("8.9", "plan_sm80"), ("12.0", "plan_sm80"),
+                                                  ("9.0", "plan")])  # fmt: skip
+def test_deepgemm_cc_makes_an_h200_pick_the_kernel_of_that_gpu(monkeypatch, override, family):
+    """DEEPGEMM_CC overrides the capability the driver reports (an H200's 9.0 here) wherever the library reads it:
+    the dispatch follows."""
+    from deepgemm import api, driver, plan_sm80
+
+    attributes = {driver.ATTRIBUTE_SM_COUNT: 132, driver.ATTRIBUTE_SMEM_PER_BLOCK_OPTIN: 232_448,
+                  driver.ATTRIBUTE_CC_MAJOR: 9, driver.ATTRIBUTE_CC_MINOR: 0}  # fmt: skip
+
+    class Lib:
+        def cuDeviceGetAttribute(self, value_ref, which, device):
+            value_ref._obj.value = attributes[which]
+            return 0
+
+    monkeypatch.setattr(driver, "libcuda", Lib)
+    monkeypatch.delenv(plan_sm80.FORCE_ENV, raising=False)
+    monkeypatch.setenv(driver.CC_ENV, override)
+    driver.device_limits.cache_clear()
+    try:
+        major, minor = map(int, override.split("."))
+        assert driver.device_limits(0) == driver.DeviceLimits(132, 232_448, (major, minor))
+        assert api.plan_family(0) is getattr(api, family)
+    finally:
+        driver.device_limits.cache_clear()

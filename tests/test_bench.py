@@ -91,6 +91,9 @@ def test_pair_summary_ignores_records_without_pairs():
 
 @pytest.mark.gpu
 def test_pairs_alternate_and_compare_within_each_pair():
+    from gpu import stage_or_skip
+
+    stage_or_skip("v5_fused")
     rows = bench.bench_pairs("v5_fused", 512, 512, 512, "fp16", pairs=2, settle_s=0.0, log=lambda _: None)
     assert [r["stage"] for r in rows] == ["cublas", "v5_fused", "v5_fused", "cublas"]
     assert all(r["passed"] for r in rows)

@@ -1,6 +1,7 @@
-"""The library call as a caller makes it (needs a Hopper GPU): the caller's torch or CuPy stream, inputs
-dropped right after the call, threads calling at once, every operand layout, and the compiled kernel
-across a process restart."""
+"""The library call as a caller makes it, on whichever kernel `deepgemm.gemm` runs here (the sm_90a kernel on
+Hopper, the sm_80 kernel on other GPUs of 8.0 or newer): the caller's torch or CuPy stream, inputs dropped
+right after the call, threads calling at once, every operand layout, and the compiled kernel across a process
+restart. Split-K configs name the sm_90a kernel's knobs and run on Hopper alone."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import cupy
 import pytest
+from gpu import library_call_or_skip, sm90a_library_or_skip
 
 import deepgemm
 from deepgemm.dtypes import input_dtype
@@ -32,9 +34,8 @@ UNDESCRIBABLE = (  # row strides TMA cannot take (not a multiple of 16 bytes): t
 
 
 @pytest.fixture(autouse=True)
-def _hopper() -> None:
-    if cupy.cuda.Device().compute_capability != "90":
-        pytest.skip("deepgemm.gemm runs the library kernel, which needs sm_90a (Hopper)")
+def _a_library_kernel() -> None:
+    library_call_or_skip()
 
 
 def _operands(shape: tuple[int, int, int], dtype_name: str, a_layout: str, b_layout: str, seed: int) -> tuple:
@@ -209,6 +210,7 @@ def test_split_k_through_the_call_is_right_and_the_same_on_every_stream(framewor
     """[6] A split-K config through the library call: one kernel, its partials and counters the scratch of
     the caller's stream (allocated by the caller's framework). Right in every layout, and threads on their
     own streams get the bits one stream gets (the slices are added in a fixed order)."""
+    sm90a_library_or_skip()
     config = deepgemm.GemmConfig(block_n=128, extra={"SPLIT_K": 4, "CLUSTER_M": 1})
     for i, (a_layout, b_layout) in enumerate(call_suite.LAYOUT_PAIRS):
         a, b = _operands((128, 4096, 4096), "bf16", a_layout, b_layout, seed=600 + i)
@@ -242,6 +244,7 @@ def test_split_k_plans_of_several_sizes_share_one_stream_scratch(framework):
     """[6] Split-K calls of growing and shrinking size on one stream, queued back to back without a
     synchronisation: the stream's scratch grows under the queued launches (the old one freed in stream
     order) and each launch leaves its counters zero for the next; every result is right."""
+    sm90a_library_or_skip()
     config = deepgemm.GemmConfig(block_m=64, block_n=64, extra={"SPLIT_K": 3, "CLUSTER_M": 1})
     shapes = [(16, 256, 1024), (64, 4096, 2048), (1, 520, 1000), (64, 4096, 2048), (33, 1000, 700)]
     problems = [_operands(shape, "fp16", "mk", "nk", seed=700 + i) for i, shape in enumerate(shapes)]

@@ -1,4 +1,5 @@
-"""The torch operators on the GPU (a Hopper GPU and torch): opcheck on CUDA tensors, gradients against float64
+"""The torch operators on the GPU (torch, and a GPU of 8.0 or newer: whichever kernel deepgemm.gemm runs there; the
+paths named by an sm_90a config run on Hopper alone): opcheck on CUDA tensors, gradients against float64
 at tails, torch.compile with fullgraph and with mode="reduce-overhead", CUDA graphs at every path of the
 kernel (captured inputs given new values, eager calls between replays, two graphs on two streams at once, a
 training step), a capture that would have to build a plan, and the training comparison, short."""
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import cupy
 import pytest
+from gpu import library_call_or_skip, sm90a_library_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -26,9 +28,8 @@ ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
 
 @pytest.fixture(autouse=True)
-def _hopper() -> None:
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("deepgemm.gemm runs the library kernel, which needs sm_90a (Hopper)")
+def _a_library_kernel() -> None:
+    library_call_or_skip()
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -248,6 +249,8 @@ PATHS = {
 
 def _path(name: str) -> Path:
     path = PATHS[name]
+    if path.config is not None:  # the sm_90a kernel's knobs (clusters, split-K's slots, swap AB, PDL)
+        sm90a_library_or_skip()
     missing = [knob for knob in path.needs if not _knob(knob)]
     if missing:
         pytest.skip(f"this kernel has no {missing}")
@@ -310,10 +313,10 @@ def test_split_k_graphs_captured_on_one_stream_each_run_alone():
     """A stream whose split-K scratch is first allocated inside a capture: a second graph captured on it,
     replayed before the first ever ran, and an eager call on that stream after the captures, are right. The
     GPU memory is dirtied first, so that memory allocated (not zeroed) inside a capture is not zero by luck."""
+    path = _path("split-K")
     dirty = torch.full((1 << 28,), -1, dtype=torch.int32, device="cuda")  # 1 GiB of set bits, handed back
     del dirty
     torch.cuda.empty_cache()
-    path = PATHS["split-K"]
     gen = torch.Generator("cuda").manual_seed(13)
     first, second = path.operands(gen), path.operands(gen)
     fresh = cupy.cuda.Stream(non_blocking=True)  # a new handle: torch's own streams come from a pool, reused

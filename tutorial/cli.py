@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deepgemm.config import parse_defines
+from deepgemm.operands import capability_label
 from tutorial import (
     ablation,
     autotune,
@@ -42,7 +43,7 @@ from tutorial.runner import (
     run_command,
     show_recorded,
 )
-from tutorial.stages import CUBLAS, parse_stages, stage_name
+from tutorial.stages import CUBLAS, LIBRARY, missing_here, parse_stages, stage_name, unavailable_line
 from tutorial.target import profiled_stages
 
 SUITES = {
@@ -65,6 +66,10 @@ SUITE_SETTLE_S = {"call": call_suite.SETTLE_S, "shapes": shape_suite.SETTLE_S}
 ONE_LINE_SUITES = ("shapes",)  # suites whose rows log one line each: numbered, not headed
 MERGED_SUITES = ("shapes",)  # suites whose --record merges into the record (runs of parts build one)
 PARTS = ("both", "table", "block")  # what the shapes suite runs: its table of problems, the decoder block
+# Suites that run one kernel whatever --stages says: where this GPU cannot run it, the suite shows its record.
+# (The call suite runs deepgemm.gemm as a caller does, on whichever kernel it picks here.)
+SUITE_STAGES = {"epilogue": (bench.EPILOGUE_STAGE,), "pairs": (PAIRED_STAGE,), "shapes": (LIBRARY,)}
+STAGE_SUITES = ("progression", "ablation")  # suites that run the --stages list: what this GPU cannot, the record shows
 
 
 def run_suite(
@@ -226,17 +231,45 @@ def show_recorded_suite(name: str) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def show_recorded_stages(suite: str, missing: Sequence[str], dtypes: Sequence[str]) -> None:
+    """After a live run without them: one line saying why `missing` did not run, then their rows (and cuBLAS's
+    beside them) from the suite's record."""
+    record = results.load(suite)
+    print()
+    print(unavailable_line(missing, f"showing the {record['provenance']['gpu']} record"))
+    print(results.recorded_banner(record["provenance"], live=True))
+    rows = [r for r in results.rows_of_stages(record["rows"], missing) if r["dtype"] in dtypes]
+    columns = results.TABLE_COLUMNS.get(suite)
+    print(results.format_table(rows, columns) if columns else results.format_table(rows))
+
+
+def record_only(stage_list: Sequence[str]) -> bool:
+    """Whether a command shows its record instead of running: where there is no GPU, or where this GPU cannot
+    run one of `stage_list` (said in one line)."""
     if not gpu_available():
+        return True
+    missing = missing_here(stage_list)
+    if missing:
+        print(unavailable_line(missing, "showing the record"))
+    return bool(missing)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if record_only(SUITE_STAGES.get(args.suite, ())):
         return show_recorded_suite(args.suite)
-    chosen = parse_stages(args.stages)
-    rows = run_bench(chosen, args, args.suite)
+    asked = parse_stages(args.stages)
+    missing = missing_here(asked) if args.suite in STAGE_SUITES else []
+    chosen = [stage for stage in asked if stage not in missing]
+    rows = run_bench(chosen, args, args.suite) if chosen else []
     pair_rows = run_pairs(chosen, args)
     extra = {**run_first_call(args), **run_block(args)}
-    print_record(args.suite, rows, extra)
+    if chosen:
+        print_record(args.suite, rows, extra)
     if pair_rows:
         print(f"\n{PAIRED_STAGE} and cuBLAS alternated in this run:")
         print_rows(pair_rows, rows_table=False)
+    if missing:
+        show_recorded_stages(args.suite, missing, ["fp16", "bf16"] if args.dtype == "both" else [args.dtype])
     if args.record:
         prov = results.provenance()
         if args.suite in MERGED_SUITES:
@@ -257,7 +290,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_autotune(args: argparse.Namespace) -> int:
     """Time the candidate configs per shape and dtype (`tutorial.autotune`); with --record, merge the best into
     results/<gpu>/autotune.json (rows of other shapes and dtypes kept, this run's provenance added)."""
-    if not gpu_available():
+    if record_only((LIBRARY,)):
         record = results.load(autotune.TABLE_NAME, command="python -m tutorial autotune --record")
         print(results.recorded_banner(record["provenance"]))
         print(results.format_table(record["rows"], AUTOTUNE_COLUMNS))
@@ -319,6 +352,7 @@ def cmd_info(_: argparse.Namespace) -> int:
         return 0
     for key, value in results.provenance().items():
         print(f"{key:>10}: {value}")
+    print(f"{'capability':>10}: {capability_label()}")  # as the code reads it (DEEPGEMM_CC where set)
     return 0
 
 
@@ -416,7 +450,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     knobs = parse_defines(args.knobs)
     if knobs and args.record:
         raise SystemExit("timeline.json holds the stages as shipped: a run with --knobs is printed, not recorded")
-    if not gpu_available():
+    if record_only(parse_stages(args.stages)):
         show_recorded("timeline", timeline_lines)
         return 0
     if knobs:

@@ -20,6 +20,7 @@ from typing import Any
 
 import cupy
 
+from deepgemm.driver import CC_ENV, capability_override
 from deepgemm.heuristic import gpu_slug
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,6 +107,7 @@ def save(
     `extra` adds sections beside the rows (the call suite's "first_call"); a record always has both
     "provenance" and "rows".
     """
+    require_real_capability()
     record = {"provenance": prov, "rows": list(rows)}
     if record.keys() & (extra or {}).keys():
         raise ValueError(f"extra sections {sorted(extra)} may not replace 'provenance' or 'rows'")
@@ -114,6 +116,15 @@ def save(
     path = directory / f"{name}.json"
     path.write_text(json.dumps({**record, **(extra or {})}, indent=1) + "\n")
     return path
+
+
+def require_real_capability() -> None:
+    """RuntimeError where DEEPGEMM_CC overrides the GPU's compute capability: a run under it tests the branches
+    another GPU takes, and its numbers, filed under this GPU's name, would pass for a run as itself."""
+    override = capability_override()
+    if override is not None:
+        raise RuntimeError(f"{CC_ENV}={override[0]}.{override[1]} is set: a run under an overridden compute "
+                           f"capability is not recorded (unset it to record)")  # fmt: skip
 
 
 def row_key(row: dict[str, Any]) -> tuple:
@@ -270,6 +281,18 @@ def stage_rows(rows: Sequence[dict[str, Any]], stage: str) -> list[dict[str, Any
     """One stage's rows and the cuBLAS rows measured beside them (same dtype and shape)."""
     shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows if r["stage"] == stage}
     return [r for r in rows if r["stage"] in (stage, "cublas") and (r["dtype"], r["m"], r["n"], r["k"]) in shapes]
+
+
+def rows_of_stages(rows: Sequence[dict[str, Any]], stages: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of `stages` and cuBLAS's beside them, in record order: in a progression the cuBLAS rows of the
+    same dtype and shape, in an ablation (whose rows name their `ablated_stage`) that stage's own."""
+
+    def owner(row: dict[str, Any]) -> str:
+        return row.get("ablated_stage", row["stage"])
+
+    shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows if r["stage"] in stages}
+    return [r for r in rows if owner(r) in stages
+            or (owner(r) == "cublas" and (r["dtype"], r["m"], r["n"], r["k"]) in shapes)]  # fmt: skip
 
 
 def pair_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from tutorial import results
 from tutorial.bench import bench_shape
 from tutorial.results import gpu_available
+from tutorial.stages import missing_here, unavailable_line
 
 DEFAULT_SHAPE = 4096
 DEFAULT_SETTLE_S = 1.0
@@ -62,6 +63,18 @@ def problems(args: argparse.Namespace, default_shapes: str | None = None) -> lis
     """Every (shape, dtype) the arguments name (`shapes`), shapes outermost."""
     dtypes = ["fp16", "bf16"] if args.dtype == "both" else [args.dtype]
     return [(shape, dtype) for shape in shapes(args, default_shapes) for dtype in dtypes]
+
+
+def live_for(*stage_list: str) -> bool:
+    """A notebook's LIVE: whether its `if LIVE:` cells re-measure here, where there is a GPU that runs every
+    stage of `stage_list` (`tutorial.stages.runs_here`). A GPU that cannot is told in one line; without a GPU
+    nothing is printed (the record's banner says so)."""
+    if not gpu_available():
+        return False
+    missing = missing_here(stage_list)
+    if missing:
+        print(unavailable_line(missing, "the `if LIVE:` cells do not run, and every table shows the record"))
+    return not missing
 
 
 def log(line: str) -> None:

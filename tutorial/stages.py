@@ -1,10 +1,11 @@
 """The six stages by name, in order, where their kernels are, how to load their launchers; the library's
-kernels as two more (`LIBRARY`, and `LIBRARY_SM80` for GPUs without wgmma), and the baseline's name."""
+kernels as two more (`LIBRARY`, and `LIBRARY_SM80` for GPUs without wgmma), and the baseline's name; and the
+one rule for which of them this GPU runs (`runs_here`), which the commands, the notebooks and the GPU tests ask."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -12,6 +13,7 @@ import cupy
 
 from deepgemm import jit, plan_sm80
 from deepgemm.dtypes import dtype_defines, input_dtype
+from deepgemm.operands import SM90A, capability_label, compute_capability, device_name, supports
 from deepgemm.plan import kernel_defines
 
 STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
@@ -89,3 +91,42 @@ def default_defines(stage: str, dtype_name: str = "fp16") -> dict[str, int]:
     host_knobs = {LIBRARY: kernel_defines, LIBRARY_SM80: plan_sm80.kernel_defines}.get(stage_name(stage))
     knobs = host_knobs(defaults) if host_knobs else defaults.defines()
     return {**knobs, **dtype_defines(input_dtype(dtype_name))}
+
+
+def runs_here(stage: str) -> bool:
+    """Whether the current GPU runs the stage, by the capability the code goes by (DEEPGEMM_CC where set): a
+    stage of MIN_CC 9.0 is sm_90a code (wgmma, setmaxnreg) and runs on Hopper alone, the others on MIN_CC and
+    newer; the library's sm_90a kernel (`LIBRARY`) wherever `deepgemm.gemm` runs it, which is Hopper unless
+    DEEPGEMM_FORCE_SM80=1 sends the call to the sm_80 kernel."""
+    name = stage_name(stage)
+    if name == LIBRARY:
+        return not plan_sm80.runs_on(current_device())
+    min_cc = load(name).MIN_CC
+    return supports(compute_capability(), min_cc, exact=min_cc == SM90A)
+
+
+def missing_here(stage_list: Sequence[str]) -> list[str]:
+    """The stages of `stage_list` the current GPU cannot run (`runs_here`), in order."""
+    return [stage for stage in stage_list if not runs_here(stage)]
+
+
+def requirement(stage: str) -> str:
+    """What the stage needs of a GPU, as `unavailable_line` names it."""
+    min_cc = load(stage).MIN_CC
+    return "sm_90a (Hopper)" if min_cc == SM90A else f"compute capability {min_cc[0]}.{min_cc[1]} or newer"
+
+
+def unavailable_line(missing: Sequence[str], outcome: str) -> str:
+    """The one line that says why stages are not run here, and what is shown instead (`outcome`), e.g.
+    "v3, v4, v5 need sm_90a (Hopper); this GPU (NVIDIA GeForce RTX 4090) is 8.9: showing the NVIDIA H200 record"."""
+    needs: dict[str, list[str]] = {}
+    for stage in missing:
+        short = stage if stage in LIBRARIES else stage.split("_", 1)[0]
+        needs.setdefault(requirement(stage), []).append(short)
+    why = "; ".join(f"{', '.join(names)} need{'s' if len(names) == 1 else ''} {need}" for need, names in needs.items())
+    return f"{why}; this GPU ({device_name(current_device())}) is {capability_label()}: {outcome}"
+
+
+def current_device() -> int:
+    """CuPy's current GPU, the one the stages launch on."""
+    return cupy.cuda.Device().id
