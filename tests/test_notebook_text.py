@@ -473,6 +473,12 @@ def test_notebook_07_sweep_clusters_and_pdl_are_the_records():
     ) in text
 
 
+def measured_at(m: int, n: int, k: int) -> dict[str, float]:
+    """The autotune record's verified candidates at one FP16 shape, by name."""
+    row = next(r for r in results.load("autotune")["rows"] if (r["m"], r["n"], r["k"]) == (m, n, k))
+    return {c["name"]: c["us"] for c in row["candidates"] if c["passed"]}
+
+
 def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     from tutorial import autotune
 
@@ -481,16 +487,22 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     row = next(r for r in results.load("autotune")["rows"] if (r["m"], r["n"], r["k"]) == (4096, 2112, 7168))
     timed = {c["name"]: c["us"] for c in row["candidates"] if c["passed"] and not c["config"].get("PDL")}
     cheapest = heuristic.candidates(4096, 2112, 7168, 132)[:4]
-    spread = max(c.estimate_us for c in cheapest) - min(c.estimate_us for c in cheapest)
+    model_us = [c.estimate_us for c in cheapest]
     measured = [timed[c.name()] for c in cheapest]
     fastest = min(timed, key=timed.get)
-    assert spread < 0.3
-    assert f"within 0.3 µs of each other in the model and {min(measured):.1f} to {max(measured):.1f}" in text
-    assert cheapest[0].stream_k == 2 and fastest.startswith("n176 c2 s1 ")
-    assert f"ran {round(100 * (timed[cheapest[0].name()] / timed[fastest] - 1))}% slower than the fastest" in text
+    said = f"the four cheapest are {min(model_us):.1f} to {max(model_us):.1f} µs in the model"
+    assert f"{said} and {min(measured):.1f} to {max(measured):.1f} µs when measured" in text
+    assert cheapest[0].name() == fastest and fastest.startswith("n176 c2 s1 ")  # "is the fastest the record timed"
+    assert [c.stream_k for c in cheapest[2:]] == [2, 2]
+    slower = [round(100 * (timed[c.name()] / timed[fastest] - 1)) for c in cheapest[2:]]
+    assert f"its third and fourth, stream-K over two rounds, ran {slower[0]}% and {slower[1]}% slower" in text
+    timed_128 = measured_at(128, 4096, 4096)
+    untimed = [c for c in heuristic.candidates(128, 4096, 4096, 132)[:4] if c.name() not in timed_128]
+    assert untimed and "A dash is a candidate the record did not time" in text
     regrets, _ = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
     mean, worst = 100 * (statistics.mean(regrets) - 1), 100 * (max(regrets) - 1)
-    assert f"{mean:.1f}% from the fastest on average, {worst:.1f}% at worst" in text and mean > 3 and worst > 10
+    assert f"{mean:.1f}% from the fastest on average, {worst:.1f}% at worst" in text
+    assert "meets the aim on average (3%) but not at worst (10%)" in text and mean < 3 and worst > 10
     alone = tables.band_summary(results.load("shapes")["rows"])
     line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
     assert f"alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
@@ -515,10 +527,13 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     line = summary["graph, table", "all"]
     assert "are not met" in text and (line["at_least_1"] < 0.9 * line["rows"] or line["median"] < 1.03)
     mid = [summary["graph, table", band]["worst"] for band in ("33-500", "501-1500")]
-    large = summary["graph, table", ">1500"]["median"]
-    assert f"the widest gaps, {min(mid):.2f} to {max(mid):.2f}" in text
-    assert f"the lowest median in graphs, {large:.3f}" in text
-    assert large == min(summary["graph, table", band]["median"] for band in ("1-32", "33-500", "501-1500", ">1500"))
+    assert f"the widest gaps, {min(mid):.2f} to {max(mid):.2f}, on 2112 x 7168" in text
+    worst_mid = [line["below"][0] for line in (summary["graph, table", b] for b in ("33-500", "501-1500"))]
+    assert all("x2112x7168 " in name for name in worst_mid)
+    others = [summary["graph, table", band]["median"] for band in ("1-32", "501-1500", ">1500")]
+    middle = summary["graph, table", "33-500"]["median"]
+    said = f"{min(others):.3f} to {max(others):.3f} in graphs in every band but M 33 to 500 ({middle:.3f})"
+    assert said in text and max(others) < 1 < middle
 
     def x(dtype: str, m: int, n: int, k: int, field: str = "x_torch_graph") -> float:
         return next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == (dtype, m, n, k))[field]
@@ -533,45 +548,51 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     ) in text
     big = [r["x_torch_graph"] for r in rows if r["n"] == 28672 and r["m"] <= 32]
     behind = [ratio for ratio in big if ratio < 1]
-    assert f"most rows of M 1 to 32 at 28672 x 4096, {min(behind):.2f} to {max(behind):.2f}" in text
-    assert len(behind) > len(big) / 2
+    said = f"{len(behind)} of the {len(big)} rows of M 1 to 32 at 28672 x 4096, {min(behind):.2f} to {max(behind):.2f}"
+    assert said in text
     stream = {(b["dtype"], b["n"], b["k"]): b for b in tables.m1_bandwidth(rows)}
     ours_tbs, torch_tbs = (stream["fp16", 28672, 4096][f] / 1e3 for f in ("graph_gbs", "torch_graph_gbs"))
     assert f"streams {ours_tbs:.2f} TB/s where `torch.matmul` streams {torch_tbs:.2f}" in text
+
+    def both(m: int, n: int, k: int, field: str = "x_torch_graph") -> str:
+        fp16, bf16 = (f"{x(d, m, n, k, field):.2f}" for d in ("fp16", "bf16"))
+        return f"at {fp16} in both" if fp16 == bf16 else f"at {fp16} and {bf16}"
+
     assert (
-        f"512 x 2112 x 7168 at {x('fp16', 512, 2112, 7168):.2f} and {x('bf16', 512, 2112, 7168):.2f}, "
-        f"768 x 28672 x 4096 at {x('fp16', 768, 28672, 4096):.2f}, "
-        f"192 x 28672 x 4096 at {x('fp16', 192, 28672, 4096):.2f} (FP16)"
+        f"512 x 2112 x 7168 {both(512, 2112, 7168)}, 256 x 2112 x 7168 {both(256, 2112, 7168)} (FP16, BF16), "
+        f"128 x 2112 x 7168 {both(128, 2112, 7168)}"
     ) in text
     assert (
-        f"8192 x 28672 x 4096 at {x('bf16', 8192, 28672, 4096):.2f}, "
-        f"2048 x 4096 x 14336 at {x('bf16', 2048, 4096, 14336):.2f}"
+        f"2048 x 7168 x 2048 {both(2048, 7168, 2048)}, 2048 x 4096 x 14336 {both(2048, 4096, 14336)} (FP16, BF16); "
+        f"at the latter the heuristic's pick ran {both(2048, 4096, 14336, 'x_torch_graph_heuristic')[3:]}"
     ) in text
     heuristic_768 = x("fp16", 768, 28672, 4096, "x_torch_graph_heuristic")
     said = f"the heuristic's pick ran {heuristic_768:.2f}x where the table's ran {x('fp16', 768, 28672, 4096):.2f}x"
     assert said in text
-    pdl = [r for d in ("fp16", "bf16") for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == (d, 4096, 6144, 4096)]
-    assert all(r["config"] == r["heuristic_config"] + " pdl" for r in pdl)
-    assert pdl[1]["graph_sm_clock_mhz"] > pdl[1]["heuristic_graph_sm_clock_mhz"]  # "at the higher clock"
-    assert (
-        f"the table's tile with PDL ran {pdl[0]['graph_us']:.1f} and {pdl[1]['graph_us']:.1f} µs (FP16, BF16), "
-        f"without it {pdl[0]['heuristic_graph_us']:.1f} and {pdl[1]['heuristic_graph_us']:.1f}"
-    ) in text
+    entries = results.load("autotune")["rows"]  # PDL dropped from the entries that ran at PDL_BELOW_US or longer
+    dropped = [r for r in entries if r["config"].get("PDL") and not heuristic.tabled_fields(r).get("PDL")]
+    served = [r for r in rows if any((r["m"], r["n"], r["k"]) == (e["m"], e["n"], e["k"]) for e in dropped)]
+    assert all(not r["config"].endswith(" pdl") for r in served) and heuristic.PDL_BELOW_US == 50
+    said = f"The table's {len(dropped)} entries that ran longer lost it, {len(served)} rows"
+    assert "**PDL, only under 50 µs.**" in text and said in text
+    assert f"went from 0.83 to {x('fp16', 768, 28672, 4096):.2f}" in text  # 0.83: the record at 85e5a84
     blocks = {(b["dtype"], b["m"]): b["x_torch_graph"] for b in record["block"]}
     for m in (128, 2048, 1):
-        low, high = sorted(blocks[dtype, m] for dtype in ("fp16", "bf16"))
-        assert f"{low:.2f} to {high:.2f}x at M = {m}" in text
+        low, high = (f"{ratio:.2f}" for ratio in sorted(blocks[dtype, m] for dtype in ("fp16", "bf16")))
+        assert (f"{low}x at M = {m}" if low == high else f"{low} to {high}x at M = {m}") in text
     gemms = [x(d, 1, n, k) for d in ("fp16", "bf16") for n, k in ((6144, 4096), (28672, 4096), (4096, 14336))]
     assert f"(all but 4096 x 4096) run {min(gemms):.2f} to {max(gemms):.2f}x of `torch.matmul`" in text
     assert min(x(dtype, 1, 4096, 4096) for dtype in ("fp16", "bf16")) > 1 > max(gemms)
     judged = [b for b in stream.values() if b["aim"] != "-"]
-    met = {(b["n"], b["k"]) for b in judged if b["aim"] == "yes"}
-    assert all(((b["n"], b["k"]) in met) == (b["aim"] == "yes") for b in judged)  # the same weights in both dtypes
+    reached = {dtype: {(b["n"], b["k"]) for b in judged if b["aim"] == "yes" and b["dtype"] == dtype}
+               for dtype in ("fp16", "bf16")}  # fmt: skip
+    met = reached["fp16"] & reached["bf16"]
+    assert reached["bf16"] - met == {(4096, 7168)} and reached["fp16"] == met
     said = f"{NUMBER_WORDS[len(met)].capitalize()} of the {NUMBER_WORDS[len(judged) // 2]} weights"
-    assert f"{said} of 32 MB or more reach it in both dtypes" in text
-    short = [stream[d, 4096, 7168]["graph_gbs"] for d in ("fp16", "bf16")]
+    short = [stream[d, 4096, 7168]["graph_gbs"] / 1e3 for d in ("fp16", "bf16")]
+    assert f"{said} of 32 MB or more reach it in both dtypes, 4096 x 7168 in BF16 only" in text
+    assert f"({short[0]:.2f} and {short[1]:.2f} TB/s)" in text
     slow = [stream[d, n, 4096]["graph_gbs"] / 1e3 for d in ("fp16", "bf16") for n in (4096, 6144)]
-    assert "4096 x 7168 falls just short" in text and min(short) > 3400 and max(short) < tables.STREAM_AIM_GBS
     assert f"stream {min(slow):.1f} to {max(slow):.1f} TB/s (still ahead of `torch.matmul` at 4096 x 4096)" in text
     assert all(stream[d, 4096, 4096]["graph_gbs"] > stream[d, 4096, 4096]["torch_graph_gbs"] for d in ("fp16", "bf16"))
     under = [b["graph_gbs"] / 1e3 for b in judged if b["aim"] == "no"]
