@@ -15,6 +15,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -74,17 +75,26 @@ def gemm_rows(setup: train.Setup) -> list[dict[str, Any]]:
             for role in ("fwd", "dgrad", "wgrad")]  # fmt: skip
 
 
-def profiled_step(setup: train.Setup, linear: str) -> dict[str, Any]:
-    """GPU kernel time per forward and backward by kernel name, and the wall time, over PROFILED_STEPS."""
+def warm_step(setup: train.Setup, linear: str) -> Callable[[], Any]:
+    """One forward and backward of the model with `linear`, run once (plans built, kernels loaded)."""
     model = train.build(setup, linear)
     x, target = next(train.batches(setup))
-    for _ in range(3):
-        train.forward_backward(model, x, target)
+
+    def step() -> Any:
+        return train.forward_backward(model, x, target)
+
+    step()
     torch.cuda.synchronize()
+    return step
+
+
+def profiled_step(setup: train.Setup, linear: str) -> dict[str, Any]:
+    """GPU kernel time per forward and backward by kernel name, and the wall time, over PROFILED_STEPS."""
+    step = warm_step(setup, linear)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for _ in range(PROFILED_STEPS):
-            train.forward_backward(model, x, target)
+            step()
         torch.cuda.synchronize()
         wall_ms = (time.perf_counter() - start) * 1e3 / PROFILED_STEPS
     kernels: dict[str, float] = defaultdict(float)
@@ -99,15 +109,13 @@ def profiled_step(setup: train.Setup, linear: str) -> dict[str, Any]:
 def host_step_ms(setup: train.Setup, linear: str) -> float:
     """Host milliseconds to issue one forward and backward: QUEUED_STEPS steps issued after a sync, timed
     before the next sync, the median of five tries."""
-    model = train.build(setup, linear)
-    x, target = next(train.batches(setup))
-    train.forward_backward(model, x, target)
+    step = warm_step(setup, linear)
     tries = []
     for _ in range(5):
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(QUEUED_STEPS):
-            train.forward_backward(model, x, target)
+            step()
         tries.append((time.perf_counter() - start) * 1e3 / QUEUED_STEPS)
     torch.cuda.synchronize()
     return statistics.median(tries)
@@ -117,14 +125,11 @@ def print_cprofile(setup: train.Setup, linear: str) -> None:
     import cProfile
     import pstats
 
-    model = train.build(setup, linear)
-    x, target = next(train.batches(setup))
-    train.forward_backward(model, x, target)
-    torch.cuda.synchronize()
+    step = warm_step(setup, linear)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(20):
-        train.forward_backward(model, x, target)
+        step()
     torch.cuda.synchronize()
     profiler.disable()
     pstats.Stats(profiler).sort_stats("tottime").print_stats(22)
