@@ -201,3 +201,53 @@ def test_host_time_is_the_least_repeat_of_unsynchronised_calls_per_call():
     assert us == pytest.approx(1e6 * 0.002 / 4)
     one_repeat = ["clock", "call0", "call1", "call0", "call1", "clock", "sync"]
     assert events == ["call0", "call1", "sync", *one_repeat * 3]
+
+
+class FakeClockGpu:
+    """A GPU whose SM clock falls as it works: each replay of graph g costs `cost_us[g]` scaled by how much work
+    ran before (the H200 slowing under its power limit); CUDA events read the time the queue reached them."""
+
+    def __init__(self, cost_us: dict[str, float]) -> None:
+        self.cost_us, self.now_us, self.replayed = cost_us, 0.0, []
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at_us = None
+
+            def record(self) -> None:
+                self.at_us = gpu.now_us
+
+            def query(self) -> bool:
+                return True
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: Event) -> float:
+                return (end.at_us - self.at_us) / 1e3
+
+        self.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event))
+
+    def graph(self, name: str, calls: int) -> timing.CapturedGraph:
+        def replay() -> None:
+            self.replayed.append(name)
+            self.now_us += calls * self.cost_us[name] * (1 + self.now_us / 1e6)  # 0.1% slower per ms of work
+
+        return timing.CapturedGraph(types.SimpleNamespace(replay=replay), calls, None)
+
+
+def test_graphs_are_timed_in_alternating_batches_so_a_falling_clock_slows_each_alike(monkeypatch):
+    """Each round runs one batch of every graph in turn, each batch about batch_ms long; each graph's median is
+    of its own batches, per call. On a GPU that slows as it works, ours and torch's keep the ratio of their
+    costs (2.0), where timed one after the other the second would read slower than it is."""
+    gpu = FakeClockGpu({"ours": 10.0, "torch": 20.0})
+    monkeypatch.setattr(timing, "require_torch", lambda: gpu.torch)
+    monkeypatch.setattr(timing, "synchronize", lambda: None)
+    graphs = [gpu.graph("ours", 5), gpu.graph("torch", 5)]  # 50 and 100 us a replay
+    ours, torch = timing.time_graphs(graphs, batch_ms=1.0, batches=4, sampler=timing.PowerSampler(nvml=None))
+    timed = gpu.replayed[-(4 * (20 + 10)) :]  # 20 replays of ours make a 1 ms batch, 10 of torch's
+    assert timed == (["ours"] * 20 + ["torch"] * 10) * 4
+    assert (ours.launches_per_batch, torch.launches_per_batch, len(ours.batch_ms)) == (100, 50, 4)
+    assert ours.ms == pytest.approx(0.010, rel=0.02) and torch.ms == pytest.approx(0.020, rel=0.02)
+    assert torch.ms / ours.ms == pytest.approx(2.0, rel=2e-3)

@@ -28,14 +28,14 @@ def _work(m: int, n: int, k: int, dtype_name: str = "fp16") -> Workload:
     return Workload.make(m, n, k, dtype_name).in_layout(*shape_suite.SHAPE_LAYOUT)
 
 
-@pytest.mark.parametrize(("name", "prefix"), [(GEMM, ""), (TORCH, "torch_")])
-def test_a_graph_of_calls_is_timed_and_its_replayed_output_verified(name, prefix):
+def test_graphs_of_calls_are_timed_together_and_their_replayed_outputs_verified():
     work = _work(*SMALL)
-    launches = call_launches(work, "torch")[name]
-    fields = shape_suite.graph_fields(launches, work, 0.005, prefix)
-    assert fields[f"{prefix}graph_passed"] and fields[f"{prefix}graph_max_abs"] >= 0
-    assert 0 < fields[f"{prefix}graph_us"] < 1000  # µs per call, not per graph or per batch
-    assert fields[f"{prefix}graph_calls"] >= 50 and fields[f"{prefix}graph_calls"] % len(launches) == 0
+    launches = call_launches(work, "torch")
+    fields = shape_suite.graph_fields({"": (launches[GEMM], 0.005), "torch_": (launches[TORCH], 0.005)}, work)
+    for prefix, name in (("", GEMM), ("torch_", TORCH)):
+        assert fields[f"{prefix}graph_passed"] and fields[f"{prefix}graph_max_abs"] >= 0
+        assert 0 < fields[f"{prefix}graph_us"] < 1000  # µs per call, not per graph or per batch
+        assert fields[f"{prefix}graph_calls"] >= 50 and fields[f"{prefix}graph_calls"] % len(launches[name]) == 0
 
 
 def test_split_k_calls_in_a_graph_use_the_capture_streams_scratch_and_verify():
@@ -46,7 +46,7 @@ def test_split_k_calls_in_a_graph_use_the_capture_streams_scratch_and_verify():
     work = _work(64, 1024, 4096)
     for split in (2, 4):
         config = GemmConfig(block_n=128, extra={"SPLIT_K": split, "CLUSTER_M": 1})
-        fields = shape_suite.graph_fields(call_launches(work, "torch", config)[GEMM], work, 0.01, "")
+        fields = shape_suite.graph_fields({"": (call_launches(work, "torch", config)[GEMM], 0.01)}, work)
         assert fields["graph_passed"] and fields["graph_us"] > 0, split
 
 

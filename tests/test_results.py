@@ -194,6 +194,7 @@ def test_load_names_the_missing_file_and_the_command_that_writes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="tutorial stability --record"):
         results.load("stability", directory=tmp_path)
     assert results.recording_command("profile_cublas") == "python -m tutorial profile --record --name profile_cublas"
+    assert results.recording_command("shapes_sm80").endswith("python -m tutorial bench --suite shapes --record")
 
 
 def test_save_and_load_round_trip(tmp_path):

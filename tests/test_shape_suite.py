@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import types
 from dataclasses import replace
 
 import numpy as np
@@ -88,10 +89,10 @@ def fake_gpu(monkeypatch):
         seen["configs"].append(config)
         return {GEMM: [f"gemm {config}"], TORCH: ["torch"]}
 
-    def fake_graph(launches, work, call_ms, prefix):
-        seen["graphs"].append((prefix, call_ms))
-        us = {"": 10.0, "torch_": 12.0, "heuristic_": 16.0}[prefix]
-        return {f"{prefix}graph_us": us, f"{prefix}graph_passed": seen["graph_passed"]}
+    def fake_graph(graphs, work):
+        seen["graphs"].append([(prefix, call_ms) for prefix, (_, call_ms) in graphs.items()])
+        us = {"": 10.0, "torch_": 12.0, "heuristic_": 16.0}
+        return {f: v for p in graphs for f, v in ((f"{p}graph_us", us[p]), (f"{p}graph_passed", seen["graph_passed"]))}
 
     def fake_measure(name, work, launches, *, settle_s, **timing):
         seen["measured"].append(name)
@@ -113,8 +114,8 @@ def test_a_row_times_the_call_torch_and_the_heuristics_pick_in_graphs_and_per_ca
     assert (row["config"], row["config_source"]) == ("n128 c1 s1 st6", "table")
     assert (row["heuristic_config"], row["heuristic_same"]) == ("n64 c1 s2 st8", False)
     assert fake_gpu["configs"] == [None, OTHER_CONFIG] and fake_gpu["measured"] == [shape_suite.HEURISTIC]
-    # each graph sized by that call's own time per call, in ms
-    assert fake_gpu["graphs"] == [("", 0.02), ("torch_", 0.03), ("heuristic_", 0.025)]
+    # the three graphs timed together (alternated), each sized by that call's own time per call, in ms
+    assert fake_gpu["graphs"] == [[("", 0.02), ("torch_", 0.03), ("heuristic_", 0.025)]]
     assert fake_gpu["timing"] == shape_suite.CALL_TIMING
     assert (row["graph_us"], row["torch_graph_us"], row["heuristic_graph_us"], row["heuristic_call_us"]) == (
         10.0, 12.0, 16.0, 25.0)  # fmt: skip
@@ -126,7 +127,8 @@ def test_a_row_times_the_call_torch_and_the_heuristics_pick_in_graphs_and_per_ca
 def test_where_the_call_ran_the_heuristics_pick_its_numbers_are_copied_not_timed_again(fake_gpu):
     fake_gpu["heuristic"] = GemmConfig(block_n=128, num_stages=6, extra={"SPLIT_K": 1, "CLUSTER_M": 1})
     (row,) = shape_suite.bench_shape_row(1, 4096, 4096, "fp16", settle_s=0.0, log=lambda _: None)
-    assert row["heuristic_same"] and fake_gpu["measured"] == [] and len(fake_gpu["graphs"]) == 2
+    assert row["heuristic_same"] and fake_gpu["measured"] == []
+    assert fake_gpu["graphs"] == [[("", 0.02), ("torch_", 0.03)]]  # no third graph: the call's is the heuristic's
     assert (row["heuristic_call_us"], row["heuristic_graph_us"]) == (row["call_us"], row["graph_us"])
     assert row["x_torch_graph_heuristic"] == row["x_torch_graph"]
     moved = (4096 + 4096 * 4096 + 4096) * 2  # a, b and c at M = 1, two bytes each
@@ -257,9 +259,12 @@ def test_the_rows_are_numbered_one_line_each_and_the_block_is_its_own_part(monke
     assert cli.run_block(cli.build_parser().parse_args(["bench", "--suite", "call"])) == {}
 
 
-def test_a_recorded_run_merges_its_rows_and_block_and_prints_the_summary(monkeypatch, capsys, tmp_path):
+@pytest.mark.parametrize(("sm80", "name"), [(False, "shapes"), (True, "shapes_sm80")])
+def test_a_recorded_run_merges_its_rows_and_block_and_prints_the_summary(monkeypatch, capsys, tmp_path, sm80, name):
+    """Into shapes.json, or shapes_sm80.json where the call runs the sm_80 kernel (an H200 forced onto it)."""
     monkeypatch.setattr(cli, "gpu_available", lambda: True)
-    monkeypatch.setattr(cli, "missing_here", lambda stages: [])  # a Hopper GPU: the table is the sm_90a kernel's
+    monkeypatch.setattr(cli, "missing_here", lambda stages: [])
+    monkeypatch.setattr(shape_suite, "runs_sm80", lambda: sm80)
     monkeypatch.setattr(results, "provenance", lambda: _prov("now"))
     monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path)
     monkeypatch.setattr(shape_suite, "bench_shape_row", lambda m, n, k, dtype, **kw: shape_rows({m: 0.9}, dtype))
@@ -268,8 +273,9 @@ def test_a_recorded_run_merges_its_rows_and_block_and_prints_the_summary(monkeyp
     assert cli.main(["bench", "--suite", "shapes", "--shapes", "16x4096x4096", "--dtype", "fp16", "--record"]) == 0
     out = capsys.readouterr().out
     assert "merged 1 rows and 3 block rows" in out and "fp16 16x4096x4096 (0.900)" in out
-    record = results.load("shapes", tmp_path)
+    record = results.load(name, tmp_path)
     assert [r["m"] for r in record["rows"]] == [16] and [b["m"] for b in record["block"]] == [1, 128, 2048]
+    assert [path.name for path in tmp_path.iterdir()] == [f"{name}.json"]
 
 
 def test_without_a_gpu_the_recorded_shape_table_prints_with_its_summary(monkeypatch, capsys):
@@ -316,3 +322,19 @@ def test_the_recorded_shape_table_verified_every_row_and_ran_the_tables_configs(
             assert row["heuristic_config"] == row["config"] and row["heuristic_graph_us"] == row["graph_us"]
     assert {(b["dtype"], b["m"]) for b in record["block"]} == {(d, m) for d in DTYPES for m in block_suite.BLOCK_MS}
     assert all(b["passed"] and b["torch_passed"] and len(b["max_abs_err"]) == 4 for b in record["block"])
+
+
+@pytest.mark.parametrize("sm80", [False, True])
+def test_the_heuristic_timed_is_the_one_of_the_kernel_the_call_runs(monkeypatch, sm80):
+    """The sm_90a kernel's cost model on Hopper; the sm_80 kernel's rules where the call runs that kernel."""
+    from deepgemm import heuristic, heuristic_sm80
+    from deepgemm.driver import DeviceLimits
+
+    limits = DeviceLimits(compute_capability=(9, 0), sm_count=132, smem_per_block_optin=232448)
+    monkeypatch.setattr(shape_suite, "device_limits", lambda device: limits)
+    monkeypatch.setattr(shape_suite.cupy.cuda, "Device", lambda: types.SimpleNamespace(id=0))
+    monkeypatch.setattr(shape_suite, "runs_sm80", lambda: sm80)
+    expected = (heuristic_sm80.choose(96, 4096, 4096, 132, 232448) if sm80
+                else heuristic.choose(96, 4096, 4096, 132).config())  # fmt: skip
+    assert shape_suite.heuristic_config(96, 4096, 4096) == expected
+    assert shape_suite.record_name() == ("shapes_sm80" if sm80 else "shapes")

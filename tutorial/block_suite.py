@@ -6,7 +6,7 @@ h (M, 14336) @ Wdown (4096, 14336)^T: weights stored (N, K) as torch.nn.function
 random and each GEMM's own (the outputs need not feed each other: the time is the GEMMs'). A serving engine
 replays such a graph per decode step; what a block costs there is what this measures. Each GEMM of the first
 block in the graph is verified against its float64 reference on NaN-poisoned output, then the graph's
-replays are timed (`timing.time_graph`, µs per block).
+replays are timed, ours and torch's batches alternated (`timing.time_graphs`, µs per block).
 """
 
 from __future__ import annotations
@@ -19,9 +19,17 @@ from deepgemm.heuristic import config_name
 from deepgemm.operands import as_device_array
 from tutorial.bench import Workload
 from tutorial.call_suite import GEMM, TORCH, call_launches
-from tutorial.check import verify
+from tutorial.check import ErrorStats, verify
 from tutorial.shape_suite import SHAPE_LAYOUT
-from tutorial.timing import PowerSampler, capture_graph, gemm_flops, graph_calls, run_batch, time_graph
+from tutorial.timing import (
+    CapturedGraph,
+    PowerSampler,
+    capture_graph,
+    gemm_flops,
+    graph_calls,
+    run_batch,
+    time_graphs,
+)
 
 LLAMA3_8B_BLOCK = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 BLOCK_MS = (1, 128, 2048)  # a decode step, a small batch, a prefill chunk
@@ -48,24 +56,36 @@ def block_launches(per_gemm: Sequence[Sequence[Callable[[], Any]]]) -> list[Call
     return [block(j) for j in range(max(len(launches) for launches in per_gemm))]
 
 
-def time_block(launches: Sequence[Callable[[], tuple]], works: Sequence[Workload], prefix: str) -> dict[str, Any]:
-    """The block captured in a graph (about 3 ms of blocks, sized by one block's time on the stream), each of
-    the first block's outputs verified after a replay, then the replays timed: `<prefix>graph_us` per block,
-    `<prefix>passed`, `<prefix>max_abs_err` per GEMM, `<prefix>graph_calls` (blocks per graph)."""
+def captured_block(
+    launches: Sequence[Callable[[], tuple]], works: Sequence[Workload]
+) -> tuple[CapturedGraph, list[ErrorStats]]:
+    """The block captured in a graph (about 3 ms of blocks, sized by one block's time on the stream), and each
+    of the first block's outputs verified after a replay."""
     for launch in launches:  # each GEMM's plan and kernel built before anything is timed
         launch()
     block_ms = run_batch(launches, len(launches), PowerSampler())
     captured = capture_graph(launches, graph_calls(block_ms, len(launches)))
     checks = [verify(captured.replay, work.expected, as_device_array(out, "the graph's output"))
               for work, out in zip(works, captured.first, strict=True)]  # fmt: skip
-    timing = time_graph(captured)
-    return {
-        f"{prefix}graph_us": 1e3 * timing.ms,
-        f"{prefix}passed": all(check.passed for check in checks),
-        f"{prefix}max_abs_err": [check.max_abs for check in checks],
-        f"{prefix}graph_calls": captured.calls,
-        f"{prefix}graph_sm_clock_mhz": timing.sm_clock_mhz,
-    }
+    return captured, checks
+
+
+def time_blocks(blocks: dict[str, Sequence[Callable[[], tuple]]], works: Sequence[Workload]) -> dict[str, Any]:
+    """Each block (prefix: its launches) captured and verified (`captured_block`), then all timed with their
+    batches alternated (`timing.time_graphs`): `<prefix>graph_us` per block, `<prefix>passed`,
+    `<prefix>max_abs_err` per GEMM, `<prefix>graph_calls` (blocks per graph), `<prefix>graph_sm_clock_mhz`."""
+    captured = {prefix: captured_block(launches, works) for prefix, launches in blocks.items()}
+    timings = time_graphs([graph for graph, _ in captured.values()])
+    fields: dict[str, Any] = {}
+    for (prefix, (graph, checks)), timing in zip(captured.items(), timings, strict=True):
+        fields.update({
+            f"{prefix}graph_us": 1e3 * timing.ms,
+            f"{prefix}passed": all(check.passed for check in checks),
+            f"{prefix}max_abs_err": [check.max_abs for check in checks],
+            f"{prefix}graph_calls": graph.calls,
+            f"{prefix}graph_sm_clock_mhz": timing.sm_clock_mhz,
+        })  # fmt: skip
+    return fields
 
 
 def bench_block(m: int, dtype_name: str, *, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -74,8 +94,9 @@ def bench_block(m: int, dtype_name: str, *, log: Callable[[str], None] = print) 
     launches = [call_launches(work, "torch") for work in works]
     row: dict[str, Any] = {"stage": BLOCK_NAME, "dtype": dtype_name, "m": m,
                            "gemms": [f"{name} {m}x{n}x{k}" for name, n, k in LLAMA3_8B_BLOCK]}  # fmt: skip
-    row.update(time_block(block_launches([each[GEMM] for each in launches]), works, ""))
-    row.update(time_block(block_launches([each[TORCH] for each in launches]), works, "torch_"))
+    prefixes = {"": GEMM, "torch_": TORCH}
+    blocks = {prefix: block_launches([each[name] for each in launches]) for prefix, name in prefixes.items()}
+    row.update(time_blocks(blocks, works))
     chosen = [config_of(*work.problems[0]) for work in works]
     row.update(configs=[config_name(config) for config, _ in chosen], config_sources=[source for _, source in chosen])
     flops = sum(gemm_flops(m, n, k) for _, n, k in LLAMA3_8B_BLOCK)

@@ -273,7 +273,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.record:
         prov = results.provenance()
         if args.suite in MERGED_SUITES:
-            path = results.save_merged(args.suite, {"rows": rows, **extra}, prov)
+            name = shape_suite.record_name() if args.suite == "shapes" else args.suite
+            path = results.save_merged(name, {"rows": rows, **extra}, prov)
             print(f"merged {len(rows)} rows and {len(extra.get('block', []))} block rows into {path}")
         else:
             print(f"recorded {len(rows)} rows in {results.save(args.suite, rows, prov, extra=extra)}")

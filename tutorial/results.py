@@ -161,6 +161,7 @@ COMMAND_GONE = "the command no longer exists"  # how a record's command is marke
 RECORDING_COMMANDS = {  # records not written by a bench suite of their name
     "stability": "python -m tutorial stability --record",
     "timeline": "python -m tutorial timeline --record",
+    "shapes_sm80": "DEEPGEMM_FORCE_SM80=1 python -m tutorial bench --suite shapes --record",  # on any GPU but Hopper
 }
 
 

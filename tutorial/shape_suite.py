@@ -5,10 +5,13 @@ torch.nn.functional.linear has it: autotune's layout).
 One row per problem and dtype. Both calls are verified against the float64 reference, then timed two ways:
 per call as a caller sees it (`call_us`: `call_suite.time_call`, with the host time and the queue-held GPU
 time beside it), and on the GPU inside a CUDA graph (`graph_us`: calls captured back to back and replayed,
-`timing.time_graph`; the replayed graph's output is verified too), the primary GPU number. The row names
+the replayed graph's output is verified too), the primary GPU number: our graph, torch's and the heuristic's
+timed with their batches alternated (`timing.time_graphs`), so that all meet the same clocks. The row names
 the config the call ran and where it came from (the autotune table or the heuristic), and times the
 heuristic's own pick the same two ways (`heuristic_*`), since a user's shapes are mostly in no table.
-`tables.band_summary` sums the table up by M band.
+`tables.band_summary` sums the table up by M band. Where the call runs the sm_80 kernel (a GPU without
+sm_90a, or an H200 with DEEPGEMM_FORCE_SM80=1) the heuristic is that kernel's and the record is
+shapes_sm80.json (`record_name`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 
 import cupy
 
-from deepgemm.api import config_of
+from deepgemm import heuristic_sm80, plan_sm80
+from deepgemm.api import config_of, plan_family
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
 from deepgemm.heuristic import choose, config_fields, config_name
@@ -27,8 +31,8 @@ from deepgemm.operands import as_device_array
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload, measure
 from tutorial.call_suite import GEMM, TORCH, call_launches, time_call
-from tutorial.check import verify
-from tutorial.timing import capture_graph, graph_calls, time_graph
+from tutorial.check import ErrorStats, verify
+from tutorial.timing import CapturedGraph, capture_graph, graph_calls, time_graphs
 
 Shape = tuple[int, int, int]
 
@@ -63,40 +67,67 @@ def shape_table() -> list[Shape]:
 SHAPE_TABLE = ",".join("x".join(map(str, shape)) for shape in shape_table())
 
 
+def runs_sm80() -> bool:
+    """Whether deepgemm.gemm runs the sm_80 kernel on the current GPU (`api.plan_family`)."""
+    return plan_family(cupy.cuda.Device().id) is plan_sm80
+
+
+def record_name() -> str:
+    """The record a run of the table goes into: shapes, or shapes_sm80 where the call runs the sm_80 kernel,
+    so that an H200 forced onto that kernel keeps its table beside the sm_90a kernel's, not over it."""
+    return "shapes_sm80" if runs_sm80() else "shapes"
+
+
 def heuristic_config(m: int, n: int, k: int) -> GemmConfig:
-    """What the heuristic alone picks on this GPU (the table switched off), for autotune's layout."""
-    return choose(m, n, k, device_limits(cupy.cuda.Device().id).sm_count).config()
+    """What the heuristic alone picks on this GPU (the table switched off), for autotune's layout: the sm_90a
+    kernel's cost model, or the sm_80 kernel's rules where the call runs that kernel."""
+    limits = device_limits(cupy.cuda.Device().id)
+    if runs_sm80():
+        return heuristic_sm80.choose(m, n, k, limits.sm_count, limits.smem_per_block_optin)
+    return choose(m, n, k, limits.sm_count).config()
 
 
-def graph_fields(launches: Sequence[Callable[[], Any]], work: Workload, call_ms: float, prefix: str) -> dict[str, Any]:
+def captured_calls(
+    launches: Sequence[Callable[[], Any]], work: Workload, call_ms: float
+) -> tuple[CapturedGraph, ErrorStats]:
     """`launches` captured in one CUDA graph (about 3 ms of calls, `timing.graph_calls`, sized from `call_ms`),
-    the replayed graph's first output verified on NaN poison, then its GPU time per call: the fields
-    `<prefix>graph_us`, `_passed`, `_max_abs`, `_calls`, `_sm_clock_mhz`."""
+    and the replayed graph's first output verified on NaN poison."""
     captured = capture_graph(launches, graph_calls(call_ms, len(launches)))
-    stats = verify(captured.replay, work.expected, as_device_array(captured.first, "the graph's output"))
-    timing = time_graph(captured)
-    return {
-        f"{prefix}graph_us": 1e3 * timing.ms,
-        f"{prefix}graph_passed": stats.passed,
-        f"{prefix}graph_max_abs": stats.max_abs,
-        f"{prefix}graph_calls": captured.calls,
-        f"{prefix}graph_sm_clock_mhz": timing.sm_clock_mhz,
-    }
+    return captured, verify(captured.replay, work.expected, as_device_array(captured.first, "the graph's output"))
+
+
+def graph_fields(graphs: dict[str, tuple[Sequence[Callable[[], Any]], float]], work: Workload) -> dict[str, Any]:
+    """Each of `graphs` (prefix: its launches and its time per call in ms) captured and verified
+    (`captured_calls`), then all of them timed with their batches alternated (`timing.time_graphs`), so that
+    each meets the clocks the others meet: the fields `<prefix>graph_us` (per call), `_passed`, `_max_abs`,
+    `_calls`, `_sm_clock_mhz`."""
+    captured = {prefix: captured_calls(launches, work, call_ms) for prefix, (launches, call_ms) in graphs.items()}
+    timings = time_graphs([graph for graph, _ in captured.values()])
+    fields: dict[str, Any] = {}
+    for (prefix, (graph, stats)), timing in zip(captured.items(), timings, strict=True):
+        fields.update({
+            f"{prefix}graph_us": 1e3 * timing.ms,
+            f"{prefix}graph_passed": stats.passed,
+            f"{prefix}graph_max_abs": stats.max_abs,
+            f"{prefix}graph_calls": graph.calls,
+            f"{prefix}graph_sm_clock_mhz": timing.sm_clock_mhz,
+        })  # fmt: skip
+    return fields
 
 
 def heuristic_fields(work: Workload, chosen: GemmConfig, row: dict[str, Any], settle_s: float) -> dict[str, Any]:
-    """The heuristic's pick timed per call and in a graph like the row's call; where the call ran that very
-    config (`heuristic_same`), the row's own numbers, not timed again."""
+    """The heuristic's pick timed per call like the row's call, and its launches for the row's graphs (the
+    key "launches", popped by `shape_row`); where the call ran that very config (`heuristic_same`), the row's
+    own numbers, not timed again."""
     picked = heuristic_config(work.m, work.n, work.k)
     same = config_fields(picked) == config_fields(chosen)  # as the table stores a config: equal knobs, one kernel
     fields: dict[str, Any] = {"heuristic_config": config_name(picked), "heuristic_same": same}
     if fields["heuristic_same"]:
-        return {**fields, "heuristic_call_us": row["call_us"], "heuristic_graph_us": row["graph_us"],
-                "heuristic_passed": row["passed"], "heuristic_graph_passed": row["graph_passed"]}  # fmt: skip
+        return {**fields, "heuristic_call_us": row["call_us"], "heuristic_passed": row["passed"]}
     launches = call_launches(work, "torch", picked)[GEMM]
     measured = measure(HEURISTIC, work, launches, settle_s=settle_s, **CALL_TIMING)
     return {**fields, "heuristic_call_us": 1e3 * measured["ms"], "heuristic_passed": measured["passed"],
-            **graph_fields(launches, work, measured["ms"], "heuristic_")}  # fmt: skip
+            "launches": launches}  # fmt: skip
 
 
 def ratio_fields(row: dict[str, Any]) -> dict[str, float]:
@@ -119,18 +150,22 @@ def bandwidth_fields(row: dict[str, Any], itemsize: int) -> dict[str, float]:
 
 
 def shape_row(m: int, n: int, k: int, dtype_name: str, *, settle_s: float) -> dict[str, Any]:
-    """One problem of the table: the call and torch.matmul per call and in graphs, the call's config and
-    where from, the heuristic's pick beside; `passed` only where every check of ours passed (per call, in
-    the graph, the heuristic's both), `torch_passed` where both of torch's did."""
+    """One problem of the table: the call and torch.matmul per call, then with the heuristic's pick (where it
+    differs) in graphs timed alternately; the call's config and where from; `passed` only where every check
+    of ours passed (per call, in the graph, the heuristic's both), `torch_passed` where both of torch's did."""
     work = Workload.make(m, n, k, dtype_name).in_layout(*SHAPE_LAYOUT)
     row = time_call(work, "torch", *SHAPE_LAYOUT, settle_s=settle_s, torch_first=False, device_time=True,
                     timing=CALL_TIMING)  # fmt: skip
     launches = call_launches(work, "torch")
-    row.update(graph_fields(launches[GEMM], work, row["call_us"] / 1e3, ""))
-    row.update(graph_fields(launches[TORCH], work, row["torch_us"] / 1e3, "torch_"))
     config, source = config_of(*work.problems[0])
     row.update(config=config_name(config), config_source=source)
     row.update(heuristic_fields(work, config, row, settle_s))
+    graphs = {"": (launches[GEMM], row["call_us"] / 1e3), "torch_": (launches[TORCH], row["torch_us"] / 1e3)}
+    if not row["heuristic_same"]:
+        graphs["heuristic_"] = (row.pop("launches"), row["heuristic_call_us"] / 1e3)
+    row.update(graph_fields(graphs, work))
+    if row["heuristic_same"]:
+        row.update(heuristic_graph_us=row["graph_us"], heuristic_graph_passed=row["graph_passed"])
     row.update(ratio_fields(row))
     if m == 1:
         row.update(bandwidth_fields(row, work.problems[0][0].itemsize))

@@ -344,6 +344,58 @@ def capture_graph(launches: Sequence[Callable[[], object]], calls: int) -> Captu
     return CapturedGraph(graph, calls, first)
 
 
+def replays_per_batch(captured: CapturedGraph, batch_ms: float) -> int:
+    """Replays that make a batch of about `batch_ms` of GPU time: the first replay also uploads the graph and is
+    not counted; the second is timed alone."""
+    torch = require_torch()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    captured.replay()
+    start.record()
+    captured.replay()
+    end.record()
+    end.synchronize()
+    return max(1, math.ceil(batch_ms / max(start.elapsed_time(end), 1e-3)))
+
+
+def time_graphs(
+    graphs: Sequence[CapturedGraph],
+    *,
+    batch_ms: float = GRAPH_BATCH_MS,
+    batches: int = GRAPH_BATCHES,
+    sampler: PowerSampler | None = None,
+) -> list[Timing]:
+    """Median GPU time per captured call of each graph, their batches alternated: each round replays every
+    graph for one batch of at least `batch_ms`, in turn, all queued back to back (no idle GPU between them)
+    with an event between batches; NVML sampled meanwhile. The H200 moves its SM clock by hundreds of MHz
+    within a second as its power limit bites, so graphs timed one after the other would each meet their own
+    clock; alternated, every graph meets the clocks the others meet, and their ratio is the kernels'."""
+    torch = require_torch()
+    sampler = sampler or PowerSampler()
+    per_batch = [replays_per_batch(captured, batch_ms) for captured in graphs]
+    for captured, count in zip(graphs, per_batch, strict=True):  # warm-up at the timed pace
+        for _ in range(count):
+            captured.replay()
+    synchronize()
+    sampler.reset()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(batches * len(graphs) + 1)]
+    events[0].record()
+    for i, event in enumerate(events[1:]):
+        captured = graphs[i % len(graphs)]
+        for _ in range(per_batch[i % len(graphs)]):
+            captured.replay()
+        event.record()
+    while not events[-1].query():
+        sampler.sample()
+        time.sleep(0.002)
+    events[-1].synchronize()
+    elapsed = [start.elapsed_time(end) for start, end in pairwise(events)]
+    timings = []
+    for g, captured in enumerate(graphs):
+        calls = per_batch[g] * captured.calls
+        timings.append(Timing.of_batches(tuple(ms / calls for ms in elapsed[g :: len(graphs)]), calls, sampler))
+    return timings
+
+
 def time_graph(
     captured: CapturedGraph,
     *,
@@ -352,29 +404,5 @@ def time_graph(
     sampler: PowerSampler | None = None,
 ) -> Timing:
     """Median GPU time per captured call: `batches` batches of replays, each at least `batch_ms` long, queued
-    back to back (no idle GPU between them) with an event between batches; NVML sampled meanwhile."""
-    torch = require_torch()
-    sampler = sampler or PowerSampler()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(batches + 1)]
-    captured.replay()  # the first replay also uploads the graph: not timed
-    events[0].record()
-    captured.replay()
-    events[1].record()
-    events[1].synchronize()
-    per_batch = max(1, math.ceil(batch_ms / max(events[0].elapsed_time(events[1]), 1e-3)))
-    for _ in range(per_batch):  # warm-up at the timed pace
-        captured.replay()
-    synchronize()
-    sampler.reset()
-    events[0].record()
-    for event in events[1:]:
-        for _ in range(per_batch):
-            captured.replay()
-        event.record()
-    while not events[-1].query():
-        sampler.sample()
-        time.sleep(0.002)
-    events[-1].synchronize()
-    calls = per_batch * captured.calls
-    times = tuple(start.elapsed_time(end) / calls for start, end in pairwise(events))
-    return Timing.of_batches(times, calls, sampler)
+    back to back with an event between batches; NVML sampled meanwhile (`time_graphs` of one graph)."""
+    return time_graphs([captured], batch_ms=batch_ms, batches=batches, sampler=sampler)[0]
