@@ -32,6 +32,12 @@
 #                                   gpu_torch.txt)
 #   scripts/h200_record.sh sm80     the sm_80 library kernel on this GPU (DEEPGEMM_FORCE_SM80=1): its GPU tests
 #                                   (gpu_sm80.txt), then the call's GPU tests
+#   scripts/h200_record.sh sm80-table  the sm_80 library kernel (DEEPGEMM_FORCE_SM80=1) beside v2 and cuBLAS at
+#                                   4096^3 (sm80_vs_v2.txt), then its shape table beside torch.matmul
+#                                   (shapes_sm80.json; DTYPE, default fp16; about 4 minutes)
+#   scripts/h200_record.sh forced   what a reader's GPU runs, all at once (nothing is timed for a record):
+#                                   scripts/forced_cc.sh at 8.0, 8.9 and 12.0, the sm_80 kernel's GPU tests
+#                                   (gpu_sm80.txt) and the torch operator's (gpu_torch.txt), in parallel
 #   scripts/h200_record.sh train-gemms  the training step's GEMMs alone beside torch.matmul, and each model's step
 #                                   profiled (lab's train_gemms.json)
 #   scripts/h200_record.sh space    the library kernel's tile widths, clusters, swap AB and stream-K under test
@@ -133,6 +139,27 @@ elif [ "$part" = torch ]; then
 elif [ "$part" = sm80 ]; then
   DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt "${TEST_S:-300}" tests/test_gpu_sm80.py
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12
+elif [ "$part" = sm80-table ]; then
+  { echo "# DEEPGEMM_FORCE_SM80=1 python -m tutorial bench --suite progression --stages v2,library_sm80 --shapes" \
+      "4096 --dtype both on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+      "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
+    DEEPGEMM_FORCE_SM80=1 timeout 120 python3 -m tutorial bench --suite progression --stages v2,library_sm80 \
+      --shapes 4096 --dtype both 2>&1 | tail -12
+  } > results/h200/sm80_vs_v2.txt
+  cat results/h200/sm80_vs_v2.txt
+  DEEPGEMM_FORCE_SM80=1 timeout 420 python3 -m tutorial bench --suite shapes --part table --dtype "${DTYPE:-fp16}" \
+    --record > "$out/shapes_sm80.log" 2>&1
+  tail -30 "$out/shapes_sm80.log"
+elif [ "$part" = forced ]; then  # correctness only, so the runs share the GPU; each part under its own limit
+  make --no-print-directory .nbval-site/.installed WHEELS=.whl  # once, before three runs would race to install
+  for cc in 8.0 8.9 12.0; do
+    BENCH_S=90 TEST_S=${TEST_S:-270} NBVAL_S=${NBVAL_S:-200} bash scripts/forced_cc.sh "$cc" > "$out/forced_$cc.log" 2>&1 &
+  done
+  DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt 500 tests/test_gpu_sm80.py > /dev/null &
+  tested_file results/h200/gpu_torch.txt 500 tests/test_gpu_torch.py > /dev/null &
+  wait
+  for f in results/h200/forced_cc_*.txt; do echo "== $f"; grep -E '^## |passed|failed|error' "$f" | tail -12; done
+  tail -3 results/h200/gpu_sm80.txt results/h200/gpu_torch.txt
 elif [ "$part" = train-gemms ]; then
   timeout 200 python3 -m lab.train_gemms --record 2>&1 | tail -50
 elif [ "$part" = stability ]; then
