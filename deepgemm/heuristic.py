@@ -56,25 +56,39 @@ once per new shape: a plan is built once per call key.
   stream-K, narrow tiles) that every SM streams part of it.
 - **L2** bounds the whole too: every CTA's operand bytes, each multicast counted once, at L2_GBS. This is
   where a cluster pays in large problems: 128 x 256 tiles without one fetch 1.5 times the bytes.
+- **Power** bounds the whole too: at its 700 W cap the H200 lowers its clock until the MMAs draw no more,
+  so a long GEMM runs its work, padding included, at about POWER_TFLOPS however it is spread over the SMs
+  (4096 x 4096 x 14336 and 2048 x 28672 x 4096: 676 TFLOP/s measured). Stream-K and split-K then buy no
+  time, only their fix-up: without this bound the model put stream-K over two rounds first at eight of the
+  shape table's large shapes, and the record measured it up to 13% slower than whole tiles there.
+- **C copied back** where TMA cannot write it (`staged_us`): plain, rows of N 16-bit elements that are not
+  whole 16-byte vectors (N = 4097) go to a padded buffer the call copies back; swapped, C^T is stored by
+  pointer in place.
 - **A launch**, LAUNCH_US.
 
-The pick is the cheapest; among equals, the one that computes fewer padded outputs, then keeps fewer SMs
+The pick is the cheapest; among equals, the one the model without the power bound prices lower (what
+would be faster at the full clock), then the one that computes fewer padded outputs, then keeps fewer SMs
 busy (they leave power to the others), then has the larger tile, then the smaller cluster, then one along
 M' (sharing B, the kernel's default, the way the record measured it) before one along N'. The autotune
 table (`tutorial.autotune`) replaces the model's guess with a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
-and eight fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches seven, and
-sets the launch cost, which only shifts every estimate, to make the median estimate the measured time).
+and nine fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches seven, holds
+the per-SM HBM bound, and sets the launch cost, which only shifts every estimate, to make the median
+estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
 model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
 the space, with the per-SM HBM bound held at 40 GB/s (fitted without it, the model streams M = 1 from half
-the SMs). Against that record the model's first choice among the timed candidates is on average 2.7% slower
-than the fastest (at worst 19.3%; 6 of the 102 over 10%); its estimates are within 0.80 to 1.14 times the
+the SMs). Against that record the model's first choice among the timed candidates is on average 2.2% slower
+than the fastest (at worst 19.3%; 3 of the 102 over 10%); its estimates are within 0.82 to 1.12 times the
 measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers
-against the record). The aim is 3% on average and 10% at worst: the model does not yet price what sets one
-consumer warpgroup's tiles apart, nor where an operand comes from (the weight from HBM, the tokens from L2),
-and it ranks most of its misses among the small-M swapped tiles (notes/worklog.md).
+against the record). Fitted on half the layers (N x K) and scored on the other half, the power bound comes
+out at 700 TFLOP/s both ways and the held-out regret is the same (`python -m lab.fit_heuristic --cross`).
+The aim is 3% on average and 10% at worst. The misses left are small-M (notes/heuristic_regret.md): which
+operand a cluster multicasts (the record times the weight's multicast faster in 156 of 188 pairs that differ
+only there, 192 x 4096 x 4096 by 19%; the model prices the pair alike or by L2 bytes, which favour the
+tokens'), and M <= 8 at N = 4096, where 64 SMs stream the weight at 3.5 TB/s, faster than the per-SM bound
+of 40 GB/s allows, so the model splits K to busy 128.
 """
 
 from __future__ import annotations
@@ -113,6 +127,7 @@ ALIGN_BYTES = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles: slack 
 BARRIER_BYTES = 16  # per stage: its full and empty mbarriers
 EPILOGUE_BYTES_PER_WARPGROUP = 16 * 1024  # plain: each consumer's store boxes (swapped, C goes from registers)
 MAX_STAGES = 16  # the deepest pipeline offered, however small the stages
+OUT_ROW_ALIGN_BYTES = 16  # TMA's row stride: C's rows in whole 16-byte vectors, else written padded (plan.py)
 
 # ---- the H200 ----------------------------------------------------------------------------------------------
 CLOCK_GHZ = 1.7  # the H200's SM clock under a long GEMM at its 700 W cap
@@ -128,7 +143,9 @@ SM_HBM_GBS = 40.0  # what one SM's loads in flight stream from HBM: stages in fl
 L2_GBS = 8000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
-LAUNCH_US = 5.4  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
+POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
+# the power there, so it is the work computed that sets the time, not how it is spread over the SMs (fitted)
+LAUNCH_US = 4.7  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
 # Programmatic dependent launch (the kernel's prologue overlapping the end of the one before it): in the lab's
 # sweep (lab/results/h200/library_space.json, FP16, back-to-back calls) it took 0.4 to 1.7 us off every
 # shape whose best ran under 50 us, and added 3 to 9 us at three of the six above (1 x 28672 x 4096,
@@ -294,11 +311,14 @@ def l2_bytes(t: Tiling, tile_k_tiles: int) -> float:
 
 
 class Price(NamedTuple):
-    """What the model says of a tiling, in the order the pick compares it: the estimate; among equals, the
-    outputs computed, padding included (fewer waste fewer MMAs), the SMs kept busy (fewer leave power to the
-    others), the tile's area, negated (the larger tile), and the cluster's CTAs (fewer to wait for)."""
+    """What the model says of a tiling, in the order the pick compares it: the estimate; among equals (the
+    power bound prices equal work equally), the estimate without the power bound (less overhead per k-tile,
+    fewer rounds: what would be faster at the full clock), the outputs computed, padding included (fewer
+    waste fewer MMAs), the SMs kept busy (fewer leave power to the others), the tile's area, negated (the
+    larger tile), and the cluster's CTAs (fewer to wait for)."""
 
     estimate_us: float
+    unpowered_us: float
     computed: int
     busy_sms: int
     smaller_tile: int
@@ -314,12 +334,24 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     busy = work.workers * size
     hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
     l2_us = l2_bytes(t, work.tiles * ceil_div(k, BLOCK_K)) / (L2_GBS * 1e3)
+    k_padded = ceil_div(k, BLOCK_K) * BLOCK_K
+    power_us = work.tiles * size * area * k_padded * 2 / (POWER_TFLOPS * 1e6)
     fixup_us = 0.0
     if work.cuts:
         partial_bytes = 2 * work.contributors * area * PARTIAL_BYTES
         fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
-    estimate = max(loop_us, hbm_us, l2_us) + fixup_us + LAUNCH_US
-    return Price(estimate, work.tiles * size * area, busy, -area, size)
+    rest_us = fixup_us + staged_us(m, n, t) + LAUNCH_US
+    estimate, unpowered = max(loop_us, hbm_us, l2_us, power_us) + rest_us, max(loop_us, hbm_us, l2_us) + rest_us
+    return Price(estimate, unpowered, work.tiles * size * area, busy, -area, size)
+
+
+def staged_us(m: int, n: int, t: Tiling) -> float:
+    """Plain, C leaves through TMA, which cannot write rows of N 16-bit elements unless N * 2 is a whole
+    number of 16-byte vectors (N = 4097): the kernel writes a row-padded buffer and the call copies it back,
+    reading and writing C once more at HBM_GBS. Swapped, C^T is stored by pointer, in place."""
+    if t.swap_ab or n * ELEMENT_BYTES % OUT_ROW_ALIGN_BYTES == 0:
+        return 0.0
+    return (m * round_up(n * ELEMENT_BYTES, OUT_ROW_ALIGN_BYTES) + m * n * ELEMENT_BYTES) / (HBM_GBS * 1e3)
 
 
 def estimate_us(m: int, n: int, k: int, t: Tiling, sm_count: int) -> float:

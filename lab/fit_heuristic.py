@@ -12,15 +12,22 @@ times only the old space's candidates, and the new space's picks rest on estimat
 families. BF16 is held out and reported beside it. LAUNCH_US only shifts every estimate, so it does not
 rank; for each trial it is the value that makes the median estimate - measured 0.
 
-    python -m lab.fit_heuristic
+The fit is checked against shapes it did not see (`--cross`): the record's layers (N, K) are dealt into two
+halves, the constants fitted on each half, and each half's regret reported under the other half's fit; a
+change to the model that lowers the regret in sample but raises it held out is overfitting.
+
+    python -m lab.fit_heuristic            # fit on every FP16 row, report before and after
+    python -m lab.fit_heuristic --cross    # the same in sample, and each half of the layers held out
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import statistics
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 from deepgemm import heuristic
@@ -39,7 +46,9 @@ GRID = {  # the values each fitted constant may take
     "PARTIAL_BYTES_PER_CLOCK": (32, 64, 128, 256, 512, 1e9),
     "FIXUP_US": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0),
     "CLUSTER_SYNC_CLOCKS": (0, 16, 32, 48, 64, 96, 128, 160),
+    "POWER_TFLOPS": (600.0, 650.0, 680.0, 700.0, 720.0, 750.0, 800.0, 1e9),
 }
+HELD = {"SM_HBM_GBS": 40.0}  # not searched: fitted free it goes to 1e9, and M = 1 streams from half the SMs
 CLUSTER_RECORD = "v5_cluster_n"  # lab.rounds: v5 (128 x 256, 4 stages) in clusters of 2 x 1 and 2 x 2
 SPACE_RECORD = "library_space"  # lab.library_space: the library's whole space at chosen shapes, where recorded
 
@@ -64,6 +73,11 @@ def score(rows: list[dict]) -> float:
     return sum(regrets) / len(regrets) - 1 + ERROR_WEIGHT * statistics.fmean(abs(math.log(r)) for r in ratios)
 
 
+def searched() -> dict[str, tuple[float, ...]]:
+    """GRID less the constants HELD."""
+    return {name: values for name, values in GRID.items() if name not in HELD}
+
+
 def descend(rows: list[dict], start: dict[str, float]) -> tuple[float, dict[str, float]]:
     """Coordinate descent over GRID from `start` (module docstring): (its score, the values)."""
     best = dict(start)
@@ -72,7 +86,7 @@ def descend(rows: list[dict], start: dict[str, float]) -> tuple[float, dict[str,
     changed = True
     while changed:
         changed = False
-        for name, values in GRID.items():
+        for name, values in searched().items():
             for value in values:
                 trial = {**best, name: value}
                 with constants(trial):
@@ -85,7 +99,8 @@ def descend(rows: list[dict], start: dict[str, float]) -> tuple[float, dict[str,
 def fit(rows: list[dict], now: dict[str, float]) -> dict[str, float]:
     """The best of coordinate descents from the module's values and from STARTS random points of GRID."""
     draw = random.Random(SEED)
-    starts = [now] + [{name: draw.choice(values) for name, values in GRID.items()} for _ in range(STARTS)]
+    starts = [now] + [{**now, **{name: draw.choice(values) for name, values in searched().items()}}
+                      for _ in range(STARTS)]  # fmt: skip
     return min((descend(rows, start) for start in starts), key=lambda found: found[0])[1]
 
 
@@ -136,15 +151,86 @@ def space_rows() -> list[dict]:
     return results.load(SPACE_RECORD, RESULTS_DIR)["rows"] if found else []
 
 
-def main() -> None:
-    rows = results.load("autotune")["rows"] + cluster_rows() + space_rows()
+def layer(row: dict) -> tuple[int, int]:
+    """A row's layer: its weight's N x K (the shape table sweeps M, the tokens, over each)."""
+    return row["n"], row["k"]
+
+
+def halves(rows: list[dict]) -> tuple[set, set]:
+    """The rows' layers dealt into two halves of about as many rows each: the largest layer first, each to
+    the half with fewer rows so far (ties to the first)."""
+    sizes: dict[tuple[int, int], int] = {}
+    for row in rows:
+        sizes[layer(row)] = sizes.get(layer(row), 0) + 1
+    first, second, counts = set(), set(), [0, 0]
+    for name, size in sorted(sizes.items(), key=lambda item: (-item[1], item[0])):
+        side = int(counts[1] < counts[0])
+        (second if side else first).add(name)
+        counts[side] += size
+    return first, second
+
+
+def fitted(rows: list[dict], now: dict[str, float]) -> dict[str, float]:
+    """`fit`, then LAUNCH_US for those values (a process pool's unit of work)."""
+    found = fit(rows, now)
+    with constants(found):
+        found["LAUNCH_US"] = launch_us(rows)
+    return found
+
+
+def regret_line(label: str, rows: list[dict], values: dict[str, float]) -> str:
+    """Mean and worst regret of the model's first choice over autotune rows, and how many over 10%."""
+    with constants(values):
+        regrets, _ = heuristic.model_accuracy(rows, SM_COUNT)
+    return f"{label}: {regrets_text(regrets)}"
+
+
+def regrets_text(regrets: list[float]) -> str:
+    over = sum(r > 1.10 for r in regrets)
+    mean, worst = 100 * (statistics.fmean(regrets) - 1), 100 * (max(regrets) - 1)
+    return f"mean regret {mean:.2f}%, worst {worst:.1f}%, {over} of {len(regrets)} over 10%"
+
+
+def cross(tuned: list[dict], extra: list[dict], now: dict[str, float]) -> None:
+    """Fit on all of them, and on each half of the layers (`halves`) with the other half's regret reported:
+    `tuned` (the autotune rows) are what is scored, `extra` (the lab's records) go with their layer's half."""
+    first, second = halves(tuned)
+    part = [[r for r in tuned + extra if layer(r) in side] for side in (first, second)]
+    with ProcessPoolExecutor(max_workers=3) as pool:
+        every, fit_first, fit_second = pool.map(fitted, [tuned + extra, *part], [now] * 3)
+    print(regret_line("in sample (fitted on every layer)", tuned, every))
+    held_out = []
+    for values, side in ((fit_second, first), (fit_first, second)):
+        with constants(values):
+            regrets, _ = heuristic.model_accuracy([r for r in tuned if layer(r) in side], SM_COUNT)
+        held_out += regrets
+    print(f"held out (each half under the other half's fit): {regrets_text(held_out)}")
+    print(f"  halves: {sorted(first)} / {sorted(second)}")
+    for label, values in (("every layer", every), ("first half", fit_first), ("second half", fit_second)):
+        print(f"  fitted on {label}: " + ", ".join(f"{name} {value:g}" for name, value in values.items()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lab.fit_heuristic", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cross", action="store_true", help="also fit on each half of the layers, report the other")
+    parser.add_argument("--hold", action="append", default=[], metavar="NAME=VALUE",
+                        help="hold a constant of deepgemm.heuristic at VALUE instead of searching it")  # fmt: skip
+    args = parser.parse_args(argv)
+    for held in args.hold:
+        name, value = held.split("=")
+        HELD[name] = float(value)
+    tuned = results.load("autotune")["rows"]
+    rows = tuned + cluster_rows() + space_rows()
     fp16 = [r for r in rows if r["dtype"] == "fp16"]
     held = [r for r in rows if r["dtype"] == "bf16"]
-    now = {name: getattr(heuristic, name) for name in [*GRID, "LAUNCH_US"]}
+    now = {name: getattr(heuristic, name) for name in [*GRID, "LAUNCH_US"]} | HELD
     report("now", fp16, held, now)
-    found = fit(fp16, now)
-    with constants(found):
-        found["LAUNCH_US"] = launch_us(fp16)
+    print(regret_line("now, the autotune record", [r for r in tuned if r["dtype"] == "fp16"], now))
+    if args.cross:
+        fp16_tuned = [r for r in tuned if r["dtype"] == "fp16"]
+        cross(fp16_tuned, [r for r in fp16 if r not in fp16_tuned], now)
+        return
+    found = fitted(fp16, now)
     report("fitted", fp16, held, found)
     for name, value in found.items():
         print(f"  {name} = {value:g}" + ("" if value == now[name] else f"  (now {now[name]:g})"))

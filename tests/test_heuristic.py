@@ -165,7 +165,41 @@ def test_ties_go_to_less_padding_then_fewer_sms_then_the_larger_tile():
     plain = next(p for p, other in ranked if not other.swap_ab)
     assert t.swap_ab and t.block_n == 8 and plain.estimate_us == best.estimate_us and plain.computed > best.computed
     assert [p for p, _ in ranked] == sorted(p for p, _ in ranked)
-    assert heuristic.Price._fields == ("estimate_us", "computed", "busy_sms", "smaller_tile", "cluster_ctas")
+    assert heuristic.Price._fields == ("estimate_us", "unpowered_us", "computed", "busy_sms", "smaller_tile",
+                                       "cluster_ctas")  # fmt: skip
+
+
+def test_long_gemms_are_power_bound_so_cutting_tiles_along_k_buys_nothing():
+    """At the power cap the work sets the time: 4096 x 4096 x 14336 in whole 128 x 256 tiles (four rounds of
+    64 clusters, measured 711 us) prices the same as stream-K over all 66 clusters, which only adds its
+    fix-up (measured 761 and 802 us), so the pick is data-parallel; without the bound it was stream-K."""
+    m, n, k = 4096, 4096, 14336
+    whole, cut = heuristic.Tiling(128, 256, cluster_m=2), heuristic.Tiling(128, 256, cluster_m=2, stream_k=2)
+    assert heuristic.estimate_us(m, n, k, whole, 132) < heuristic.estimate_us(m, n, k, cut, 132)
+    assert heuristic.choose(m, n, k, 132).name() == "n256 c2 s1 st4"
+    power_us = 2 * m * n * k / (heuristic.POWER_TFLOPS * 1e6)
+    assert heuristic.estimate_us(m, n, k, whole, 132) == pytest.approx(power_us + heuristic.LAUNCH_US)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heuristic, "POWER_TFLOPS", 1e9)
+        assert heuristic.choose(m, n, k, 132).stream_k
+
+
+def test_the_power_bounds_ties_go_to_what_is_faster_at_the_full_clock():
+    """2048 x 28672 x 4096: clusters of 2 and of 4 do the same work, so the power bound ties them; the
+    cluster of 2 waits for fewer CTAs every k-tile and wins."""
+    ranked = heuristic.ranked(2048, 28672, 4096, 132)
+    best, t = ranked[0]
+    four = next(p for p, other in ranked if other.cluster_m * other.cluster_n == 4)
+    assert four.estimate_us == best.estimate_us and four.unpowered_us > best.unpowered_us
+    assert (t.cluster_m, t.cluster_n, t.stream_k, t.split_k) == (2, 1, 0, 1)
+
+
+def test_c_copied_back_where_tma_cannot_write_its_rows_favours_swap():
+    """N = 4097: plain, C goes to a padded buffer and is copied back; swapped, C^T is stored in place."""
+    plain, swapped = heuristic.Tiling(128, 208, cluster_n=2), heuristic.Tiling(128, 208, cluster_n=2, swap_ab=True)
+    assert heuristic.staged_us(4097, 4097, plain) > 0 == heuristic.staged_us(4097, 4097, swapped)
+    assert heuristic.staged_us(4096, 4096, plain) == 0  # whole 16-byte rows: TMA writes C in place
+    assert heuristic.choose(4097, 4097, 4097, 132).swap_ab
 
 
 def test_the_model_prices_every_recorded_candidate_and_ranks_the_pdl_winner_apart():
