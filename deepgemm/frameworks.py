@@ -70,11 +70,6 @@ class Cupy:
         cupy.copyto(dst, src)
 
     @staticmethod
-    def is_float32_vector(meta: tuple) -> bool:
-        _, strides, dtype, _ = meta
-        return dtype == np.float32 and strides == (4,)
-
-    @staticmethod
     def on_stream(device: int) -> AbstractContextManager:
         """CuPy's current stream is the one to launch on already."""
         return nullcontext()
@@ -134,10 +129,6 @@ class Torch:
     def copy(dst: Any, src: Any) -> None:
         """src's values into dst (same shape, any strides), on torch's current stream."""
         dst.copy_(src)
-
-    def is_float32_vector(self, meta: tuple) -> bool:
-        _, strides, dtype, _ = meta
-        return dtype == self.torch.float32 and strides == (1,)
 
     def on_stream(self, device: int) -> AbstractContextManager:
         """CuPy work (checks, copies, the planned launch) on torch's current stream of `device`."""

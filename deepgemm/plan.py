@@ -30,7 +30,7 @@ from deepgemm.driver import (
     device_limits,
     max_active_clusters,
 )
-from deepgemm.dtypes import FLOAT32, dtype_defines, dtype_name
+from deepgemm.dtypes import FLOAT32, OUTPUT_DTYPES, dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.frameworks import Cupy, Torch
 from deepgemm.heuristic import pick_config
@@ -63,8 +63,16 @@ DEFAULTS = GemmConfig(
     block_n=256,
     block_k=64,
     num_stages=4,
-    extra={"BOX_K": 64, "GROUP_M": 16, "CLUSTER_M": 2, "CLUSTER_N": 1, "SPLIT_K": 1, "STREAM_K": 0, "SWAP_AB": 0,
-           "PDL": 0},
+    extra={
+        "BOX_K": 64,
+        "GROUP_M": 16,
+        "CLUSTER_M": 2,
+        "CLUSTER_N": 1,
+        "SPLIT_K": 1,
+        "STREAM_K": 0,
+        "SWAP_AB": 0,
+        "PDL": 0,
+    },
 )
 BLOCK_NS = tuple(range(16, 257, 16))  # [7] wgmma's N, 16 columns per stmatrix of the epilogue
 SWAP_BLOCK_NS = tuple(range(8, 257, 8))  # [8] C's rows as wgmma's N: any multiple of 8
@@ -74,7 +82,7 @@ BOX_ROW_MULTIPLE = 8  # a CTA's part of a tile is whole 8-row groups of the 128B
 STREAM_K_ROUNDS = (0, 1, 2)  # [6] 0 off; else the rounds the cut part spans (model.stream_k_schedule)
 # The plan's schedule (the kernel only needs PARTIAL_TILES) and how it launches: never compiled in.
 HOST_ONLY_KNOBS = ("SPLIT_K", "STREAM_K", "PDL")
-OUT_DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE define
+DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE and BIAS_DTYPE defines
 
 
 def kernel_parameters(c_by_pointer: bool) -> tuple[tuple[str, str], ...]:
@@ -109,8 +117,10 @@ def check_config(cfg: GemmConfig) -> None:
         raise ValueError(f"CLUSTER_M x CLUSTER_N = {size} exceeds the portable cluster of {MAX_CLUSTER}")
     for part, whole, side in (("B", "BLOCK_N", "CLUSTER_M"), ("A", "BLOCK_M", "CLUSTER_N")):
         if (cfg.value(whole) // cfg.value(side)) % BOX_ROW_MULTIPLE:
-            raise ValueError(f"{whole} / {side} = {cfg.value(whole)} / {cfg.value(side)}: each CTA loads its "
-                             f"part of {part} in whole groups of {BOX_ROW_MULTIPLE} rows (the swizzle's 1024 bytes)")
+            raise ValueError(
+                f"{whole} / {side} = {cfg.value(whole)} / {cfg.value(side)}: each CTA loads its "
+                f"part of {part} in whole groups of {BOX_ROW_MULTIPLE} rows (the swizzle's 1024 bytes)"
+            )
     split = cfg.value("SPLIT_K")
     if not isinstance(split, int) or split < 1:
         raise ValueError(f"SPLIT_K = {split} must be a positive number of slices of K")
@@ -176,7 +186,7 @@ class Plan:
     out_shape: tuple[int, int]
     out_dtype: Any  # the framework's dtype
     out_staged: tuple[int, int] | None  # the padded buffer C is written to and copied from, where TMA cannot write out
-    bias_in_place: bool  # a float32 vector the kernel reads as it is
+    bias_in_place: bool  # a bias the kernel reads as it is (else each call converts it to float32)
     scratch: tuple[int, int]  # split-K's fp32 partials and counters (0, 0 without split-K)
     kernel_name: str
     launch: RawLaunch = field(repr=False)
@@ -269,20 +279,39 @@ def build(
         if cfg.value("SPLIT_K") > 1:
             check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
         act = activation_name(activation)
-        return _build(framework, device, problem, cfg, source, act, bias_read_in_place(bias, problem.n))
+        return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem.n))
 
 
-def bias_read_in_place(bias: Any, n: int) -> bool | None:
-    """None without a bias; else whether the kernel reads it as it is (a contiguous float32 vector of N),
-    or each call converts it: ValueError names a bias of the wrong shape."""
+@dataclass(frozen=True)
+class KernelBias:
+    """How the kernel reads a call's bias: as a vector of `dtype` ("fp16", "bf16" or "fp32": its BIAS_DTYPE),
+    the caller's own where `in_place`, else the contiguous float32 copy that every call makes."""
+
+    dtype: str
+    in_place: bool
+
+
+def kernel_bias(bias: Any, n: int) -> KernelBias | None:
+    """None without a bias; else how the kernel reads it: as it is, in its own type, where it is a contiguous
+    vector of N float16, bfloat16 or float32 values (a 16-bit model's nn.Linear bias is one), else converted
+    to float32 by every call (a strided or float64 bias). ValueError names a bias of the wrong shape."""
     if bias is None:
         return None
     view = check_bias(bias, n)
-    return view.dtype == FLOAT32 and view.strides == (4,)
+    if view.dtype in OUTPUT_DTYPES.values() and view.strides == (view.itemsize,):
+        return KernelBias(dtype_name(view.dtype), in_place=True)
+    return KernelBias("fp32", in_place=False)
+
+
+def epilogue_defines(bias: KernelBias | None, act: str, out_dtype: Any) -> dict[str, int]:
+    """The fused epilogue's defines, the same in both library kernels: the bias (whether there is one, and
+    its type: fp32, the kernels' default, without one), the activation and the output type."""
+    return {"HAS_BIAS": int(bias is not None), "BIAS_DTYPE": DTYPE_CODES[bias.dtype if bias else "fp32"],
+            "ACTIVATION": ACTIVATIONS[act], "OUT_DTYPE": DTYPE_CODES[dtype_name(out_dtype)]}  # fmt: skip
 
 
 def _build(
-    framework: Cupy | Torch, device: int, p: Problem, cfg: GemmConfig, source: str, act: str, bias_in_place: bool | None
+    framework: Cupy | Torch, device: int, p: Problem, cfg: GemmConfig, source: str, act: str, bias: KernelBias | None
 ) -> Plan:
     swap = cfg.value("SWAP_AB") == 1
     block_m, block_n, box_k = cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cfg.value("BOX_K")
@@ -315,8 +344,7 @@ def _build(
     out_dtype = p.out_dtype
     defines = {
         **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
-        "B_MN_MAJOR": int(operands[1].mn_major), "HAS_BIAS": int(bias_in_place is not None),
-        "ACTIVATION": ACTIVATIONS[act], "OUT_DTYPE": OUT_DTYPE_CODES[dtype_name(out_dtype)],
+        "B_MN_MAJOR": int(operands[1].mn_major), **epilogue_defines(bias, act, out_dtype),
     }  # fmt: skip
     require_at_most("dynamic shared memory", tile_smem_bytes(cfg), device_limits(device).smem_per_block_optin,
                     "shared memory per block")  # fmt: skip
@@ -359,7 +387,7 @@ def _build(
         out_shape=out_shape,
         out_dtype=framework.framework_dtype(out_dtype),
         out_staged=out_staged,
-        bias_in_place=bool(bias_in_place),
+        bias_in_place=bias is not None and bias.in_place,
         scratch=cut_scratch(cfg, schedule),
         kernel_name=kernel.name,
         launch=raw,
@@ -400,8 +428,10 @@ def check_cut(schedule: tuple[int, int], k_tiles: int) -> None:
     that split-K is not for: stream-K's part is at most two rounds of tiles)."""
     sk_tiles, workers = schedule
     if sk_tiles * k_tiles * workers >= CUT_INDEX_LIMIT:
-        raise ValueError(f"SPLIT_K cuts {sk_tiles} tiles of {k_tiles} k-tiles into {workers} parts: over the "
-                         f"kernel's 2^31 limit on k-tiles x parts; split a problem this large less, or not at all")
+        raise ValueError(
+            f"SPLIT_K cuts {sk_tiles} tiles of {k_tiles} k-tiles into {workers} parts: over the "
+            f"kernel's 2^31 limit on k-tiles x parts; split a problem this large less, or not at all"
+        )
 
 
 def kernel_defines(cfg: GemmConfig) -> dict[str, int]:

@@ -27,8 +27,8 @@ import numpy as np
 
 from deepgemm.config import GemmConfig, require_at_most, require_in, require_multiple, tile_smem_bytes
 from deepgemm.driver import RawLaunch, allow_dynamic_smem, device_limits
-from deepgemm.dtypes import dtype_defines, dtype_name
-from deepgemm.epilogue import ACTIVATIONS, activation_name
+from deepgemm.dtypes import dtype_defines
+from deepgemm.epilogue import activation_name
 from deepgemm.frameworks import Cupy, Torch
 from deepgemm.heuristic_sm80 import choose
 from deepgemm.jit import get_kernel, launch_facts
@@ -42,7 +42,7 @@ from deepgemm.operands import (
     leading_dim,
     padded_k,
 )
-from deepgemm.plan import CALL_PARAMETERS, OUT_DTYPE_CODES, Operand, Plan, bias_read_in_place, check_split
+from deepgemm.plan import CALL_PARAMETERS, KernelBias, Operand, Plan, check_split, epilogue_defines, kernel_bias
 
 KERNEL = Path(__file__).resolve().parent / "kernels" / "gemm_sm80.cu"
 MIN_CC = (8, 0)  # mma.sync m16n8k16 in bf16, ldmatrix, cp.async: Ampere and newer
@@ -195,17 +195,16 @@ def build(
         check_config(cfg)
         check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
         act = activation_name(activation)
-        return _build(framework, device, problem, cfg, source, act, bias_read_in_place(bias, problem.n))
+        return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem.n))
 
 
 def _build(
-    framework: Cupy | Torch, device: int, p: Problem, cfg: GemmConfig, source: str, act: str, bias_in_place: bool | None
+    framework: Cupy | Torch, device: int, p: Problem, cfg: GemmConfig, source: str, act: str, bias: KernelBias | None
 ) -> Plan:
     (kernel_a, lda), (kernel_b, ldb) = kernel_operands(p)
     defines = {
         **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(kernel_a.mn_major),
-        "B_MN_MAJOR": int(kernel_b.mn_major), "HAS_BIAS": int(bias_in_place is not None),
-        "ACTIVATION": ACTIVATIONS[act], "OUT_DTYPE": OUT_DTYPE_CODES[dtype_name(p.out_dtype)],
+        "B_MN_MAJOR": int(kernel_b.mn_major), **epilogue_defines(bias, act, p.out_dtype),
     }  # fmt: skip
     limit = device_limits(device).smem_per_block_optin
     require_at_most("dynamic shared memory", tile_smem_bytes(cfg), limit, "shared memory per block")
@@ -228,7 +227,7 @@ def _build(
         out_shape=(p.m, p.n),
         out_dtype=framework.framework_dtype(p.out_dtype),
         out_staged=None,  # C by pointer, any row stride and alignment
-        bias_in_place=bool(bias_in_place),
+        bias_in_place=bias is not None and bias.in_place,
         scratch=split_scratch(p.m, p.n, cfg),
         kernel_name=kernel.name,
         launch=raw,

@@ -44,8 +44,8 @@ class _Framework:
         return cls.capturing_now
 
 
-def _array(shape=(128, 64), strides=(128, 2), ptr=0x10000, device=0) -> object:
-    return SimpleNamespace(shape=shape, strides=strides, dtype="float16", device=device, ptr=ptr)
+def _array(shape=(128, 64), strides=(128, 2), ptr=0x10000, device=0, dtype="float16") -> object:
+    return SimpleNamespace(shape=shape, strides=strides, dtype=dtype, device=device, ptr=ptr)
 
 
 def _key(a=None, b=None, *, bias=None, out=None, **options) -> tuple:
@@ -66,7 +66,10 @@ def test_a_plan_is_found_again_only_by_what_fixes_the_launch():
         _key(None, _array((64, 32), (64, 2), ptr=0x30008)),  # nor b from this one
         _key(None, _array((64, 32), (2, 128))),  # b (K, N) as the transposed view of a row-major (N, K)
         _key(_array(device=1)),
-        _key(bias=_array((32,), (2,))),
+        _key(bias=_array((32,), (2,))),  # the kernel reads each bias type in its own: fp16 ...
+        _key(bias=_array((32,), (2,), dtype="bfloat16")),  # ... bf16 ...
+        _key(bias=_array((32,), (4,), dtype="float32")),  # ... and fp32 compile apart
+        _key(bias=_array((32,), (4,))),  # a strided fp16 bias is converted to fp32 by every call
         _key(out=_array((128, 32), (64, 2))),
         _key(out=_array((128, 32), (64, 2), ptr=0x10008)),  # an out TMA cannot store into: written padded
         _key(out=_array((128, 32), (96, 2))),  # out with a row stride past N
@@ -75,6 +78,8 @@ def test_a_plan_is_found_again_only_by_what_fixes_the_launch():
         _key(config=GemmConfig(block_n=128)),
     ]
     assert len({_key(), *different}) == 1 + len(different)
+    # A bias is read one element at a time: its address keys nothing.
+    assert _key(bias=_array((32,), (2,))) == _key(bias=_array((32,), (2,), ptr=0x50002))
     # The plan of an unaligned a copies a and reads b in place: it is not the plan of an unaligned b.
     assert _key(_array(ptr=0x10008)) != _key(None, _array((64, 32), (64, 2), ptr=0x30008))
 

@@ -19,22 +19,42 @@ def _check(launcher, a, b, **kwargs):
     return verify(launch, reference(a, b), launch.out)
 
 
+def _bias(n: int, dtype, seed: int):
+    """A bias of N in [-1, 1) rounded to `dtype`: float32, or a 16-bit model's float16 or bfloat16."""
+    import cupy
+
+    from tutorial.check import random_matrix
+
+    return random_matrix(1, n, dtype, cupy.random.default_rng(seed))[0]
+
+
+def _reads_bias_in_place(call) -> bool:
+    """Whether the library's cached plan of this call reads its bias as it lies (no float32 copy)."""
+    from deepgemm import api
+    from deepgemm.frameworks import Cupy
+
+    o = call.options
+    key = api.plan_key(Cupy, call.a, call.b, o["bias"], call.out, o.get("activation"), o.get("out_dtype"), o["config"])
+    return api._PLANS[key].bias_in_place
+
+
 @pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu", None])
 @pytest.mark.parametrize("out_dtype", ["fp16", "bf16", "fp32"])
 def test_library_fused_epilogue_matches_reference(activation, out_dtype):
-    """Every activation into every output type, whatever the input's (here bf16), at tails."""
-    import cupy
-
-    from deepgemm.dtypes import BFLOAT16, OUTPUT_DTYPES
+    """Every activation into every output type, whatever the input's (here bf16), at tails; the bias read as it
+    lies in each of its types (fp16, fp32, bf16), mostly another type than the output's."""
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, OUTPUT_DTYPES
     from tutorial.check import random_problem, reference, verify
 
     launcher = stage_or_skip(LIBRARY)
-    for i, (m, n, k) in enumerate(((129, 300, 136), (256, 512, 1024), (17, 3, 40))):
+    shapes = ((129, 300, 136, FLOAT16), (256, 512, 1024, FLOAT32), (17, 3, 40, BFLOAT16))
+    for i, (m, n, k, bias_dtype) in enumerate(shapes):
         a, b = random_problem(m, n, k, BFLOAT16, seed=50 + i)
-        bias = cupy.random.default_rng(i).random(n, dtype=cupy.float32) * 2 - 1
+        bias = _bias(n, bias_dtype, seed=i)
         launch = launcher.plan(a, b, bias=bias, alpha=0.5, activation=activation, out_dtype=OUTPUT_DTYPES[out_dtype])
         stats = verify(launch, reference(a, b, alpha=0.5, bias=bias, activation=activation), launch.out)
-        assert stats.passed, f"{m}x{n}x{k} {activation} {out_dtype}: {stats.summary()}"
+        assert stats.passed, f"{m}x{n}x{k} {activation} {out_dtype} bias {bias_dtype}: {stats.summary()}"
+        assert _reads_bias_in_place(launch), bias_dtype
 
 
 def test_library_gemm_checks_its_config():
@@ -107,12 +127,13 @@ def test_library_with_128_wide_tiles_matches_reference(dtype):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_library_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
     """[6] SPLIT_K 2, 3 and 4, clusters on and off, 128- and 64-row tiles: small M (what it is for), tails
-    in every dimension, K whose k-tiles do not split evenly; the epilogue (bias, GELU, an fp32 or 16-bit
-    out) applied by the last slice; then five more launches of one plan, each bit-identical to the first."""
+    in every dimension, K whose k-tiles do not split evenly; the epilogue (a bias of each type, GELU, an fp32
+    or 16-bit out) applied by the last slice; then five more launches of one plan, each bit-identical to the
+    first."""
     import cupy
 
     from deepgemm.config import GemmConfig
-    from deepgemm.dtypes import FLOAT32, input_dtype
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
     from tutorial.check import random_problem, reference, verify
 
     launcher = stage_or_skip(LIBRARY)
@@ -127,13 +148,13 @@ def test_library_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
                     failures.append(f"{m}x{n}x{k} SPLIT_K={split} CLUSTER_M={cluster_m}: {stats.summary()}")
     assert not failures, "\n".join(failures)
     a, b = random_problem(200, 520, 1000, input_dtype(dtype), seed=9)
-    bias = cupy.random.default_rng(9).random(520, dtype=cupy.float32) * 2 - 1
-    for out_dtype, block_m in ((None, 128), (FLOAT32, 128), (None, 64)):
+    for out_dtype, block_m, bias_dtype in ((None, 128, FLOAT32), (FLOAT32, 128, FLOAT16), (None, 64, BFLOAT16)):
+        bias = _bias(520, bias_dtype, seed=9)
         config = GemmConfig(block_m=block_m, extra={"SPLIT_K": 3})
         launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
         expected = reference(a, b, bias=bias, activation="gelu_tanh")
         stats = verify(launch, expected, launch.out)
-        assert stats.passed, f"fused, out {out_dtype}, BLOCK_M {block_m}: {stats.summary()}"
+        assert stats.passed, f"fused, out {out_dtype}, BLOCK_M {block_m}, bias {bias_dtype}: {stats.summary()}"
         first = launch().copy()
         for _ in range(5):
             assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "split-K is not deterministic"
@@ -261,24 +282,26 @@ def test_library_swap_ab_every_tile_and_split_the_heuristic_may_pick(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_library_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_reads_an_mn_major_a_in_whole_boxes(dtype):
-    """[8] Swapped, the bias runs along the tile's rows: bias + GELU into a 16-bit or fp32 out (with split-K),
-    into an out with a row stride; five more launches bit-identical; an MN-major a (the kernel's B) is read in
-    place where each CTA's part is whole 64-wide boxes, and refused by name where it is not."""
+    """[8] Swapped, the bias runs along the tile's rows: bias (fp32, or 16-bit read as it lies) + GELU into a
+    16-bit or fp32 out (with split-K) at M = 9; five more launches bit-identical; into an out with a row stride;
+    an MN-major a (the kernel's B) is read in place where each CTA's part is whole 64-wide boxes, and refused by
+    name where it is not."""
     import cupy
 
     from deepgemm.config import GemmConfig
-    from deepgemm.dtypes import FLOAT32, input_dtype
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
     from tutorial.check import random_problem, reference, verify
 
     launcher = stage_or_skip(LIBRARY)
     a, b = random_problem(9, 700, 1000, input_dtype(dtype), seed=31)
-    bias = cupy.random.default_rng(31).random(700, dtype=cupy.float32) * 2 - 1
-    expected = reference(a, b, bias=bias, activation="gelu_tanh")
-    for out_dtype, split in ((None, 1), (FLOAT32, 3), (None, 3)):
+    for out_dtype, split, bias_dtype in ((None, 1, FLOAT32), (FLOAT32, 3, BFLOAT16), (None, 3, FLOAT16)):
+        bias = _bias(700, bias_dtype, seed=31)
+        expected = reference(a, b, bias=bias, activation="gelu_tanh")
         config = GemmConfig(block_n=16, num_stages=8, extra={"CLUSTER_M": 1, "SPLIT_K": split, "SWAP_AB": 1})
         launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
         stats = verify(launch, expected, launch.out)
-        assert stats.passed, f"out {out_dtype}, SPLIT_K {split}: {stats.summary()}"
+        assert stats.passed, f"out {out_dtype}, SPLIT_K {split}, bias {bias_dtype}: {stats.summary()}"
+        assert _reads_bias_in_place(launch), bias_dtype
         first = launch().copy()
         for _ in range(5):
             assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "swap AB is not deterministic"
@@ -382,12 +405,12 @@ def test_library_swap_ab_token_tiles_in_steps_of_8_match_reference(dtype):
 def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_stream(dtype):
     """[6] Stream-K at tile counts that leave the last round partial (odd counts, clusters of two and four),
     one and two rounds cut, runs that cross from one tile into the next, K short enough that the workers are
-    fewer than the SMs, bias and GELU applied by the last part; then the same plan again and on four
-    streams, every result bit-identical to the first."""
+    fewer than the SMs, bias (16-bit, of the other type than the input's and output's) and GELU applied by the
+    last part; then the same plan again and on four streams, every result bit-identical to the first."""
     import cupy
 
     from deepgemm.config import GemmConfig
-    from deepgemm.dtypes import input_dtype
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, input_dtype
     from tutorial.check import random_problem, reference, verify
 
     launcher = stage_or_skip(LIBRARY)
@@ -398,9 +421,10 @@ def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_str
     failures = _failures_over(launcher, cuts, shapes, dtype, seed=4000)
     assert not failures, "\n".join(failures)
     a, b = random_problem(3000, 2112, 1000, input_dtype(dtype), seed=44)
-    bias = cupy.random.default_rng(44).random(2112, dtype=cupy.float32) * 2 - 1
+    bias = _bias(2112, BFLOAT16 if dtype == "fp16" else FLOAT16, seed=44)
     launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", config=cuts[0])
     assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
+    assert _reads_bias_in_place(launch)
     first = launch().copy()
     for _ in range(3):
         assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K is not deterministic"

@@ -114,48 +114,58 @@ def test_sm80_copies_what_cp_async_cannot_read_and_stays_right(dtype):
 @pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu", None])
 @pytest.mark.parametrize("out_dtype", ["fp16", "bf16", "fp32"])
 def test_sm80_fused_epilogue_matches_reference(activation, out_dtype, dtype):
-    """[5] Every activation into every output type from either input type, with bias and alpha, at tails; an
-    MN-major b, and the decode tile as well as the default."""
+    """[5] Every activation into every output type from either input type, with alpha and a bias of each type
+    (fp16, bf16, fp32, read as it lies), at tails; an MN-major b, and the decode tile as well as the default."""
     import cupy
 
-    from deepgemm.dtypes import OUTPUT_DTYPES, input_dtype
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, OUTPUT_DTYPES, input_dtype
+    from tutorial.check import random_matrix
 
     launcher = stage_or_skip(LIBRARY_SM80)
     failures = []
+    shapes = ((129, 300, 136, FLOAT16), (17, 3, 40, BFLOAT16), (256, 512, 1024, FLOAT32))
     for tile in (WIDE, TILES[0]):
-        for i, (m, n, k) in enumerate(((129, 300, 136), (17, 3, 40), (256, 512, 1024))):
+        for i, (m, n, k, bias_dtype) in enumerate(shapes):
             a, b = _operands(m, n, k, input_dtype(dtype), ("k", "mn"), seed=300 + i)
-            bias = cupy.random.default_rng(i).random(n, dtype=cupy.float32) * 2 - 1
+            bias = random_matrix(1, n, bias_dtype, cupy.random.default_rng(i))[0]
             options = {"bias": bias, "alpha": 0.5, "activation": activation, "out_dtype": OUTPUT_DTYPES[out_dtype]}
-            _, stats = _check(launcher, a, b, config=_tile_config(tile), **options)
+            launch, stats = _check(launcher, a, b, config=_tile_config(tile), **options)
+            assert launch.plan.bias_in_place, bias_dtype
             if not stats.passed:
-                failures.append(f"{tile.block_m}x{tile.block_n} {m}x{n}x{k}: {stats.summary()}")
+                failures.append(f"{tile.block_m}x{tile.block_n} {m}x{n}x{k} bias {bias_dtype}: {stats.summary()}")
     assert not failures, "\n".join(failures)
 
 
-def test_sm80_bias_of_another_type_is_converted_by_every_call():
-    """A float16 or strided bias is converted to a float32 vector on the kernel's stream; a float32 one is read
-    as it lies."""
+def test_sm80_bias_is_read_in_its_own_type_or_converted_by_every_call():
+    """A contiguous bfloat16 (another type than the fp16 output's) or float16 bias is read as it lies; a float64
+    or strided one is converted to a float32 vector on the kernel's stream."""
     import cupy
 
-    from deepgemm.dtypes import FLOAT16
+    from deepgemm.dtypes import BFLOAT16, FLOAT16
 
     launcher = stage_or_skip(LIBRARY_SM80)
     a, b = _operands(129, 300, 136, FLOAT16, ("k", "k"), seed=4)
     rng = cupy.random.default_rng(4)
-    for bias in (rng.random(300, dtype=cupy.float32).astype(FLOAT16), rng.random(600, dtype=cupy.float32)[::2]):
+    cases = ((rng.random(300, dtype=cupy.float32).astype(BFLOAT16), True),
+             (rng.random(300, dtype=cupy.float32).astype(FLOAT16), True),
+             (rng.random(300, dtype=cupy.float64), False),
+             (rng.random(600, dtype=cupy.float32)[::2], False),
+             (rng.random(600, dtype=cupy.float32).astype(BFLOAT16)[::2], False))  # fmt: skip
+    for bias, in_place in cases:
         launch, stats = _check(launcher, a, b, bias=bias, activation="silu")
-        assert not launch.plan.bias_in_place and stats.passed, stats.summary()
+        assert launch.plan.bias_in_place == in_place and stats.passed, (bias.dtype, bias.strides, stats.summary())
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_sm80_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
     """[4] SPLIT_K 2, 3, 4, 7 and 16 on each tile: small M (what it is for), tails in every dimension, K whose
-    k-tiles do not split evenly, both layouts of b; then a fused epilogue applied by the last slice, and five
-    more launches of one plan, each bit-identical to the first, whichever slice finished last."""
+    k-tiles do not split evenly, both layouts of b; then a fused epilogue (a bias of each type) applied by the
+    last slice, and five more launches of one plan, each bit-identical to the first, whichever slice finished
+    last."""
     import cupy
 
-    from deepgemm.dtypes import FLOAT32, input_dtype
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
+    from tutorial.check import random_matrix
 
     launcher = stage_or_skip(LIBRARY_SM80)
     dt = input_dtype(dtype)
@@ -171,11 +181,13 @@ def test_sm80_split_k_matches_reference_and_repeats_bit_for_bit(dtype):
                                         f"{stats.summary()}")  # fmt: skip
     assert not failures, "\n".join(failures)
     a, b = _operands(200, 520, 4000, dt, ("k", "mn"), seed=9)
-    bias = cupy.random.default_rng(9).random(520, dtype=cupy.float32) * 2 - 1
-    for out_dtype, tile in ((None, WIDE), (FLOAT32, TILES[2]), (None, TILES[0])):
+    fused = ((None, WIDE, FLOAT32), (FLOAT32, TILES[2], BFLOAT16), (None, TILES[0], FLOAT16))
+    for out_dtype, tile, bias_dtype in fused:
+        bias = random_matrix(1, 520, bias_dtype, cupy.random.default_rng(9))[0]
         launch, stats = _check(launcher, a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype,
                                config=_tile_config(tile, 5))  # fmt: skip
-        assert stats.passed, f"fused, out {out_dtype}, {tile.block_m}x{tile.block_n}: {stats.summary()}"
+        what = f"fused, out {out_dtype}, {tile.block_m}x{tile.block_n}, bias {bias_dtype}"
+        assert launch.plan.bias_in_place and stats.passed, f"{what}: {stats.summary()}"
         first = launch().copy()
         for _ in range(5):
             assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "split-K is not deterministic"

@@ -86,13 +86,15 @@ GRAD_SHAPES = ((129, 300, 72), (17, 40, 200), (33, 24, 100), (256, 192, 64))  # 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gradients_match_float64_at_tails(activation, route, dtype):
     """da, db, dbias (and the result) of every route against float64 autograd of the same formula from the
-    same inputs: 'gemm' keeps z (or fuses relu), 'op' fuses and recomputes z, 'linear' is F.linear's form."""
+    same inputs: 'gemm' keeps z (or fuses relu), 'op' fuses and recomputes z (both with an fp32 bias), 'linear'
+    is F.linear's form, its bias in the model's 16-bit type as a 16-bit nn.Linear holds it."""
     alpha = 1.0 if route == "linear" else 0.75
+    bias_dtype = dtype if route == "linear" else torch.float32
     for i, (m, n, k) in enumerate(GRAD_SHAPES):
         gen = torch.Generator("cuda").manual_seed(i)
         a = torch.randn(m, k, generator=gen, device="cuda").to(dtype).requires_grad_()
         w = (torch.randn(n, k, generator=gen, device="cuda") / k**0.5).to(dtype).requires_grad_()
-        bias = torch.randn(n, generator=gen, device="cuda").requires_grad_()
+        bias = torch.randn(n, generator=gen, device="cuda").to(bias_dtype).requires_grad_()
         if route == "gemm":
             c = deepgemm.gemm(a, w.T, bias=bias, alpha=alpha, activation=activation)
         elif route == "op":
@@ -108,6 +110,23 @@ def test_gradients_match_float64_at_tails(activation, route, dtype):
         errors = {"c": _rel(c, want.detach())} | {name: _rel(x.grad, ref.grad) for name, x, ref in
                                                  zip(("da", "db", "dbias"), (a, w, bias), leaves)}  # fmt: skip
         assert max(errors.values()) <= tol, f"{m}x{n}x{k} {route} {activation}: {errors} (tolerance {tol:.2g})"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_16_bit_linear_layers_bias_goes_to_the_kernel_as_it_is(dtype):
+    """A 16-bit model's nn.Linear holds its bias in the model's type: the plan reads it as it lies (no float32
+    copy, no kernel of its own in every forward), and the result matches float64, at a decode-sized M and a
+    tail."""
+    from deepgemm import api
+
+    for m in (17, 129):
+        layer = dnn.Linear(200, 136, device="cuda", dtype=dtype)
+        x = torch.randn(m, 200, device="cuda", dtype=dtype)
+        with torch.no_grad():
+            y = layer(x)
+        key = api.plan_key(api.framework_of(x), x, layer.weight.T, layer.bias, None, None, None, None)
+        assert api._PLANS[key].bias_in_place, (m, dtype)
+        assert _rel(y, _reference(x, layer.weight.T, layer.bias)) <= _tolerance(dtype), (m, dtype)
 
 
 @pytest.mark.parametrize("route", ["gemm", "op", "linear"])

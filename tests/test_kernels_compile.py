@@ -25,6 +25,7 @@ from kernels import (
 
 from deepgemm.config import GemmConfig, tile_smem_bytes
 from deepgemm.epilogue import ACTIVATIONS
+from deepgemm.plan import DTYPE_CODES
 from tutorial import stages
 from tutorial.stages import LIBRARY
 
@@ -192,6 +193,29 @@ def test_library_compiles_every_epilogue_without_spills_or_serialised_wgmma(bf16
         _fits(compiled(LIBRARY, defines), (activation, out_dtype, has_bias))
 
 
+SWAPPED_CUT = {"SWAP_AB": 1, "BLOCK_M": 64, "BLOCK_N": 200, "CLUSTER_M": 1, "PARTIAL_TILES": 1}  # [8] [6]
+
+
+@pytest.mark.parametrize("bias_dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("out_dtype", [0, 1, 2])
+def test_library_reads_a_16_bit_bias_in_its_own_type_without_spills_or_serialised_wgmma(bias_dtype, out_dtype):
+    """A 16-bit model's bias is read as it is: one 16-bit load per bias value (LDG.E.U16), as many as an fp32
+    bias takes 32-bit ones and no other, into every output type. With both GELU forms, from either input type,
+    and where the epilogue reads the bias by row after adding the parts of a cut tile (swap AB with split-K):
+    no spills, and the wgmma stay pipelined."""
+    code = DTYPE_CODES[bias_dtype]
+    for bf16 in (False, True):
+        for knobs in ({"ACTIVATION": ACTIVATIONS["gelu_tanh"]}, {"ACTIVATION": ACTIVATIONS["gelu_erf"]}, SWAPPED_CUT):
+            defines = launcher_defines(LIBRARY, bf16, HAS_BIAS=1, BIAS_DTYPE=code, OUT_DTYPE=out_dtype, **knobs)
+            _fits(compiled(LIBRARY, defines), (bias_dtype, out_dtype, bf16, knobs))
+    defines = launcher_defines(LIBRARY, False, HAS_BIAS=1, BIAS_DTYPE=code, OUT_DTYPE=out_dtype)
+    half = sass(LIBRARY, defines)
+    single = sass(LIBRARY, launcher_defines(LIBRARY, False, HAS_BIAS=1, OUT_DTYPE=out_dtype))  # fp32, the default
+    columns = dict(defines)["BLOCK_N"] // 4  # a consumer thread's columns of the tile: 2 of every 8
+    assert len(re.findall(r"LDG\.E\.U16\.CONSTANT ", half)) == columns == len(re.findall(r"LDG\.E\.CONSTANT ", single))
+    assert "LDG.E.CONSTANT " not in half and "LDG.E.U16" not in single
+
+
 @pytest.mark.parametrize("cluster_m", [1, 2])
 @pytest.mark.parametrize("num_stages", [2, 3, 4])
 @pytest.mark.parametrize("group_m", [1, 16])  # v5 compiles the row-major walk for 1, the grouped one for 16
@@ -300,8 +324,13 @@ def test_library_reads_each_operand_layout_with_the_transpose_bit_and_64_wide_bo
 
 @pytest.mark.parametrize(
     ("block_m", "cluster_m", "cluster_n", "block_n", "epilogue"),
-    [(128, 2, 1, 256, {}), (128, 1, 1, 128, {"HAS_BIAS": 1, "ACTIVATION": 2}), (64, 2, 1, 128, {"OUT_DTYPE": 2}),
-     (128, 2, 4, 176, {}), (64, 1, 1, 200, {"SWAP_AB": 1})],
+    [
+        (128, 2, 1, 256, {}),
+        (128, 1, 1, 128, {"HAS_BIAS": 1, "ACTIVATION": 2}),
+        (64, 2, 1, 128, {"OUT_DTYPE": 2}),
+        (128, 2, 4, 176, {}),
+        (64, 1, 1, 200, {"SWAP_AB": 1}),
+    ],
 )
 def test_library_builds_that_cut_tiles_keep_the_main_loop_and_add_the_parts_in_the_same_kernel(
     block_m, cluster_m, cluster_n, block_n, epilogue
@@ -353,7 +382,6 @@ def _accumulators(defines) -> int:
     return 64 * dict(defines)["BLOCK_N"] // 128
 
 
-
 def _assert_tanh_per_element(code: str, defines: tuple, fast: bool) -> None:
     """A 16-bit output's activation takes one MUFU.TANH per accumulator (the few other MUFU are the tile walk's
     integer divisions); an fp32 output keeps expf and IEEE division, whose slow path FCHK guards."""
@@ -363,6 +391,7 @@ def _assert_tanh_per_element(code: str, defines: tuple, fast: bool) -> None:
     else:
         assert "MUFU.TANH" not in code
     assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
+
 
 @pytest.mark.parametrize(("out_fp32", "fast"), [(0, True), (1, False)])
 def test_v5_gelu_takes_one_mufu_tanh_for_16_bit_outputs(out_fp32, fast):

@@ -22,11 +22,15 @@ import pytest
 from deepgemm import driver, heuristic, plan
 from deepgemm.config import GemmConfig
 from deepgemm.driver import CUDA_ERROR_INVALID_CONTEXT, DeviceLimits, RawLaunch
+from deepgemm.dtypes import BFLOAT16
+from deepgemm.epilogue import ACTIVATIONS
 from deepgemm.jit import LIBRARY_KERNEL
 from deepgemm.operands import check_operands
 from deepgemm.plan import (
     CALL_PARAMETERS,
     DEFAULTS,
+    DTYPE_CODES,
+    KernelBias,
     Operand,
     Plan,
     call_slots,
@@ -34,6 +38,8 @@ from deepgemm.plan import (
     check_split,
     chosen_config,
     cut_scratch,
+    epilogue_defines,
+    kernel_bias,
     kernel_defines,
     kernel_parameters,
     persistent_grid,
@@ -254,8 +260,6 @@ def test_a_transposed_a_is_never_given_swap_ab(h200):
 
 
 def test_bf16_takes_its_own_entry_and_else_fp16s(h200):
-    from deepgemm.dtypes import BFLOAT16
-
     a, b = _gpu_array((512, 1024), dtype=BFLOAT16), _gpu_array((768, 1024), dtype=BFLOAT16, ptr=0x800000).T
     h200([_row(512, 768, 1024, block_n=128)])  # FP16 only
     fp16_entry = heuristic.config_from_fields(_row(1, 1, 1, block_n=128)["config"])
@@ -419,8 +423,13 @@ def test_a_call_in_place_points_the_kernel_at_the_callers_arrays(rng):
     a, b = rng.standard_normal((6, 16)), rng.standard_normal((10, 16)).T  # b the transposed view of (N, K)
     alpha = float(rng.random())
     result = call.run(a, b, None, alpha, None)
-    assert kernel.values == {"a": a.ctypes.data, "b": b.ctypes.data, "out": result.ctypes.data, "bias": 0,
-                             "alpha": alpha}  # without split-K its scratch pointers stay the buffer's nulls
+    assert kernel.values == {
+        "a": a.ctypes.data,
+        "b": b.ctypes.data,
+        "out": result.ctypes.data,
+        "bias": 0,
+        "alpha": alpha,
+    }  # without split-K its scratch pointers stay the buffer's nulls
     assert kernel.launches[0][0] == 7  # the framework's current stream
     assert fw.allocated == [(6, 10)] and np.allclose(result, alpha * a @ b)
 
@@ -437,16 +446,50 @@ def test_with_out_the_result_is_out_itself_and_nothing_is_allocated(rng):
 
 
 def test_a_bias_the_kernel_cannot_read_is_converted_by_every_call(rng):
-    """A float32 contiguous bias is read where it lies; any other (float16, strided) is converted on the
-    kernel's stream, held until it is queued."""
+    """A contiguous float32, float16 or bfloat16 bias is read where it lies, no copy made; any other (float64,
+    strided) is converted to float32 on the kernel's stream, held until it is queued."""
     fw = HostFramework()
     a, b = rng.standard_normal((6, 16)), rng.standard_normal((10, 16)).T
     for bias, in_place in ((rng.standard_normal(10).astype(np.float32), True),
+                           (rng.standard_normal(10).astype(np.float16), True),
+                           (rng.standard_normal(10).astype(BFLOAT16), True),
+                           (rng.standard_normal(10), False),  # float64
                            (rng.standard_normal(20).astype(np.float16)[::2], False)):  # fmt: skip
         kernel, alpha = FakeKernel(fw), float(rng.random())
         result = _plan(fw, kernel, m=6, n=10, bias_in_place=in_place).run(a, b, bias, alpha, None)
         assert (kernel.values["bias"] == bias.ctypes.data) == in_place
         assert np.allclose(result, alpha * a @ b + bias.astype(np.float32))
+
+
+def test_the_kernel_reads_a_contiguous_16_or_32_bit_bias_in_its_own_type_and_any_other_as_float32():
+    """How a bias of N is read: in place, in its own type, where it is a contiguous float32, float16 or bfloat16
+    vector (a 16-bit model's nn.Linear bias needs no copy and no kernel of its own); as the float32 copy every
+    call makes where it is strided or of another floating type; a vector of the wrong length is refused."""
+    n = 300
+    for dtype, name in ((np.float32, "fp32"), (np.float16, "fp16"), (BFLOAT16, "bf16")):
+        itemsize = np.dtype(dtype).itemsize
+        assert kernel_bias(_gpu_array((n,), dtype=dtype), n) == KernelBias(name, in_place=True)
+        strided = _gpu_array((n,), strides=(2 * itemsize,), dtype=dtype)
+        assert kernel_bias(strided, n) == KernelBias("fp32", in_place=False)
+    assert kernel_bias(_gpu_array((n,), dtype=np.float64), n) == KernelBias("fp32", in_place=False)
+    assert kernel_bias(None, n) is None
+    with pytest.raises(ValueError, match="bias has shape \\(299,\\); it must be a vector of N = 300"):
+        kernel_bias(_gpu_array((299,), dtype=np.float16), n)
+
+
+def test_the_epilogue_compiles_the_bias_type_whatever_the_output_type():
+    """BIAS_DTYPE is the type the kernel reads the bias in, coded as OUT_DTYPE is and set apart from it (a bf16
+    bias into an fp16 or fp32 output); without a bias it is the kernel file's default, fp32, so that a plan
+    without a bias compiles the build a reader gets by hand."""
+    bf16_bias = KernelBias("bf16", in_place=True)
+    assert epilogue_defines(bf16_bias, "gelu_tanh", np.float16) == {
+        "HAS_BIAS": 1, "BIAS_DTYPE": 1, "ACTIVATION": ACTIVATIONS["gelu_tanh"], "OUT_DTYPE": 0}  # fmt: skip
+    assert epilogue_defines(bf16_bias, "none", np.float32)["BIAS_DTYPE"] == 1
+    assert epilogue_defines(KernelBias("fp32", in_place=False), "none", BFLOAT16)["BIAS_DTYPE"] == 2
+    default = int(re.search(r"#define BIAS_DTYPE (\d+)", LIBRARY_KERNEL.read_text()).group(1))
+    assert epilogue_defines(None, "none", np.float16) == {"HAS_BIAS": 0, "BIAS_DTYPE": default, "ACTIVATION": 0,
+                                                          "OUT_DTYPE": 0}  # fmt: skip
+    assert default == DTYPE_CODES["fp32"]
 
 
 def test_a_call_copies_what_tma_cannot_read_into_row_padded_buffers_and_writes_back_a_padded_out():

@@ -30,7 +30,7 @@ from deepgemm.heuristic_sm80 import TILES, WIDE, Tile, choose
 from deepgemm.jit import LaunchFacts
 from deepgemm.model import ceil_div, output_tiles
 from deepgemm.operands import check_operands
-from deepgemm.plan import CALL_PARAMETERS, Operand
+from deepgemm.plan import CALL_PARAMETERS, DTYPE_CODES, KernelBias, Operand, kernel_bias
 from deepgemm.plan_sm80 import (
     DEFAULTS,
     FORCE_ENV,
@@ -128,6 +128,26 @@ def test_every_epilogue_compiles_without_spills_at_the_heaviest_build(bf16, out_
         _fits(compiled(SM80, launcher_defines(SM80, bf16, **knobs), "sm_80"), knobs)
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_120"])
+@pytest.mark.parametrize("bias_dtype", ["fp16", "bf16"])
+def test_a_16_bit_bias_is_read_in_its_own_type_without_spills(bias_dtype, arch):
+    """[5] A 16-bit model's bias is read as it is: one 16-bit load per bias value (LDG.E.U16), as many as an fp32
+    bias takes 32-bit ones and no other; at the heaviest build (both operands MN-major, split-K, GELU into fp32
+    and into the other 16-bit type), from either input type: no spills, no local memory."""
+    code = DTYPE_CODES[bias_dtype]
+    heaviest = {"A_MN_MAJOR": 1, "B_MN_MAJOR": 1, "PARTIAL_TILES": 1, "HAS_BIAS": 1, "BIAS_DTYPE": code,
+                "ACTIVATION": ACTIVATIONS["gelu_tanh"]}  # fmt: skip
+    for bf16 in (False, True):
+        for out_dtype in (DTYPE_CODES["fp32"], 1 - code):
+            knobs = {**heaviest, "OUT_DTYPE": out_dtype}
+            _fits(compiled(SM80, launcher_defines(SM80, bf16, **knobs), arch), (arch, bf16, knobs))
+    half = sass(SM80, launcher_defines(SM80, False, HAS_BIAS=1, BIAS_DTYPE=code), arch)
+    single = sass(SM80, launcher_defines(SM80, False, HAS_BIAS=1), arch)  # fp32, the default
+    columns = 2 * DEFAULTS.block_n // DEFAULTS.extra["WARPS_N"] // 8  # a thread's columns: 2 of every n8 tile
+    assert _count(half, "LDG.E.U16.CONSTANT") == columns == _count(single, "LDG.E.CONSTANT")
+    assert _count(half, "LDG.E.CONSTANT") == 0 and "LDG.E.U16" not in single
+
+
 @pytest.mark.parametrize(("block_k", "num_stages"), [(32, 2), (32, 3), (32, 6), (64, 2), (64, 4)])
 def test_every_pipeline_depth_and_k_tile_compiles_without_spills(block_k, num_stages):
     """A caller's GemmConfig may set the depth and BLOCK_K 64 (128-byte K-major lines, the swizzle's other
@@ -182,8 +202,8 @@ def test_file_defaults_are_the_plans_defaults():
 def test_the_kernel_reads_the_knobs_the_plan_sets_and_no_others():
     """Every define the plan passes has an #ifndef default in the kernel, and the kernel reads no knob the plan
     never sets (a build with it would silently be the default one)."""
-    plan_sets = set(kernel_defines(DEFAULTS)) | {"DTYPE_BF16", "A_MN_MAJOR", "B_MN_MAJOR", "HAS_BIAS", "ACTIVATION",
-                                                 "OUT_DTYPE"}  # fmt: skip
+    plan_sets = set(kernel_defines(DEFAULTS)) | {"DTYPE_BF16", "A_MN_MAJOR", "B_MN_MAJOR", "HAS_BIAS", "BIAS_DTYPE",
+                                                 "ACTIVATION", "OUT_DTYPE"}  # fmt: skip
     assert kernel_knobs(SM80) == plan_sets
     assert not set(HOST_ONLY_KNOBS) & kernel_knobs(SM80)
 
@@ -530,9 +550,10 @@ def test_the_plan_lays_out_the_shape_strides_and_slices_once_and_leaves_the_poin
     b = _gpu_array((k, n), dtype=BFLOAT16, ptr=0x800000)
     out = _gpu_array((m, 600), dtype=BFLOAT16, ptr=0x4000000)[:, :n]
     cfg = _config(block_m=64, block_n=128, SPLIT_K=split, WARPS_M=2, WARPS_N=2)
-    found = plan_sm80._build(Cupy, 0, check_operands(a, b, out), cfg, "caller", "gelu_tanh", True)
+    bias = KernelBias("fp16", in_place=True)  # a bias of another type than the output's
+    found = plan_sm80._build(Cupy, 0, check_operands(a, b, out), cfg, "caller", "gelu_tanh", bias)
     assert asked == [{**kernel_defines(cfg), "DTYPE_BF16": 1, "A_MN_MAJOR": 1, "B_MN_MAJOR": 1, "HAS_BIAS": 1,
-                      "ACTIVATION": ACTIVATIONS["gelu_tanh"], "OUT_DTYPE": 1}]  # fmt: skip
+                      "BIAS_DTYPE": 0, "ACTIVATION": ACTIVATIONS["gelu_tanh"], "OUT_DTYPE": 1}]  # fmt: skip
     assert (found.kernel_a, found.kernel_b, found.out_staged) == (Operand("a", True, None), Operand("b", True, None),
                                                                   None)  # fmt: skip
     raw = found.launch
@@ -554,6 +575,27 @@ def test_the_plan_refuses_a_tile_whose_stages_exceed_the_gpus_shared_memory(monk
     a, b = _gpu_array((300, 96)), _gpu_array((96, 520), ptr=0x800000)
     with pytest.raises(ValueError, match="dynamic shared memory = 147456 exceeds the GPU's shared memory per block"):
         plan_sm80._build(Cupy, 0, check_operands(a, b), _config(num_stages=6), "caller", "none", None)
+
+
+def test_a_contiguous_16_bit_bias_is_compiled_in_and_read_in_place_and_any_other_converted(monkeypatch):
+    """The plan of a bf16 call reads a contiguous fp16 or bf16 bias as it lies, compiled for its type (BIAS_DTYPE,
+    whatever the output's); a float64 or strided one is converted to float32 by every call, so it compiles the
+    fp32 kernel; without a bias the kernel is the file's default fp32 build."""
+    asked = _fake_gpu(monkeypatch)
+    a, b = _gpu_array((64, 96), dtype=BFLOAT16), _gpu_array((96, 128), dtype=BFLOAT16, ptr=0x800000)
+    cases = (
+        (_gpu_array((128,), dtype=FLOAT16, ptr=0x4000000), 1, "fp16", True),
+        (_gpu_array((128,), dtype=BFLOAT16, ptr=0x4000000), 1, "bf16", True),
+        (_gpu_array((128,), dtype=np.float64, ptr=0x4000000), 1, "fp32", False),
+        (_gpu_array((128,), strides=(4,), dtype=FLOAT16, ptr=0x4000000), 1, "fp32", False),
+        (None, 0, "fp32", False),
+    )
+    default = int(re.search(r"#define BIAS_DTYPE (\d+)", KERNEL.read_text()).group(1))
+    assert default == DTYPE_CODES["fp32"]
+    for bias, has_bias, read_as, in_place in cases:
+        found = plan_sm80._build(Cupy, 0, check_operands(a, b), _config(), "caller", "none", kernel_bias(bias, 128))
+        assert (asked[-1]["HAS_BIAS"], asked[-1]["BIAS_DTYPE"]) == (has_bias, DTYPE_CODES[read_as]), bias
+        assert found.bias_in_place == in_place and asked[-1]["OUT_DTYPE"] == DTYPE_CODES["bf16"]
 
 
 def test_a_call_without_a_config_runs_the_heuristics_pick_for_this_gpu(monkeypatch):

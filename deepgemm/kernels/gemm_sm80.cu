@@ -16,7 +16,8 @@
 //       slices in slice order and runs the epilogue: one kernel, and the same result from run to run
 //       whichever slice finished last.
 //   [5] the sm_90a kernel's fused epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding to
-//       OUT_DTYPE (fp16, bf16 or fp32), four activations, with the ACTIVATION codes of gemm_sm90.cu.
+//       OUT_DTYPE (fp16, bf16 or fp32), a bias in its own type (BIAS_DTYPE), four activations, each define
+//       with the codes of gemm_sm90.cu.
 //   [6] a 1-D grid whose tiles run in groups of GROUP_M tile rows, so that the B tiles a group reads stay in
 //       L2 while its rows of A are read; the launch facts exported for the plan.
 // Runs on sm_80 and newer: nvcc -cubin -gencode=arch=compute_80,code=sm_80 gemm_sm80.cu
@@ -40,7 +41,10 @@ typedef __half elem_t;
 #define OUT_DTYPE DTYPE_BF16  // [5] 0 fp16, 1 bf16, 2 fp32; by default the input's type
 #endif
 #ifndef HAS_BIAS
-#define HAS_BIAS 0            // [5] 1: add bias[col] (N floats) before the activation
+#define HAS_BIAS 0            // [5] 1: add bias[col] (N values of BIAS_DTYPE) before the activation
+#endif
+#ifndef BIAS_DTYPE
+#define BIAS_DTYPE 2          // [5] 0 fp16, 1 bf16, 2 fp32: the caller's bias, read in its own type (no fp32 copy)
 #endif
 #ifndef ACTIVATION
 #define ACTIVATION 0          // [5] 0 none, 1 relu, 2 gelu (tanh approximation), 3 gelu (erf), 4 silu
@@ -61,6 +65,18 @@ typedef __half out_t;
 typedef __half2 out2_t;
 __device__ __forceinline__ out_t to_out(float x) { return __float2half_rn(x); }
 __device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+#endif
+
+// [5] One bias value in fp32, read through the read-only cache as it is stored (fp16 and bf16 widen exactly).
+#if BIAS_DTYPE == 2
+typedef float bias_t;
+__device__ __forceinline__ float load_bias(const bias_t* bias, int i) { return __ldg(bias + i); }
+#elif BIAS_DTYPE == 1
+typedef __nv_bfloat16 bias_t;
+__device__ __forceinline__ float load_bias(const bias_t* bias, int i) { return __bfloat162float(__ldg(bias + i)); }
+#else
+typedef __half bias_t;
+__device__ __forceinline__ float load_bias(const bias_t* bias, int i) { return __half2float(__ldg(bias + i)); }
 #endif
 
 #ifndef BLOCK_M
@@ -484,7 +500,7 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ B, out_t* __restrict__ C,
-            const float* __restrict__ bias, float alpha, int M, int N, int K, int lda, int ldb, int ldc,
+            const bias_t* __restrict__ bias, float alpha, int M, int N, int K, int lda, int ldb, int ldc,
             float* partials, unsigned* counters, int splits)
 {
     // ---- prologue -----------------------------------------------------------------------------------
@@ -608,8 +624,8 @@ gemm_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ B, out_t* _
 #pragma unroll
     for (int ni = 0; ni < MMA_TILES_N; ++ni) {
         const int col = col0 + 8 * ni;
-        const float bias_lo = HAS_BIAS && col < N ? __ldg(bias + col) : 0.0f;
-        const float bias_hi = HAS_BIAS && col + 1 < N ? __ldg(bias + col + 1) : 0.0f;
+        const float bias_lo = HAS_BIAS && col < N ? load_bias(bias, col) : 0.0f;
+        const float bias_hi = HAS_BIAS && col + 1 < N ? load_bias(bias, col + 1) : 0.0f;
 #pragma unroll
         for (int mi = 0; mi < MMA_TILES_M; ++mi) {
 #pragma unroll

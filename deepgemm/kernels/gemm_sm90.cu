@@ -14,7 +14,8 @@
 //   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N any multiple
 //       of 16 up to 256 (8 when swapped: wgmma m64nNk16 takes every multiple of 8), so that the last tile
 //       is nearly full, with the pipeline depth, cluster and split the library call picks per problem
-//       (an autotune table, else a cost model); any output type (OUT_DTYPE) and four activations.
+//       (an autotune table, else a cost model); any output type (OUT_DTYPE), a bias in its own type
+//       (BIAS_DTYPE) and four activations.
 //   [8] swap AB (SWAP_AB 1), for the token dimension as wgmma's N: the plan passes b's (N, K) as A and
 //       a's (M, K) as B, so the kernel computes C^T and C's M rows are tiled in steps of 8 (777 rows are
 //       4 x 200, not 7 x 128); the epilogue writes each value to C transposed, straight from registers.
@@ -44,7 +45,10 @@ typedef __half elem_t;
 #define OUT_DTYPE DTYPE_BF16  // 0 fp16, 1 bf16, 2 fp32; by default the input's type
 #endif
 #ifndef HAS_BIAS
-#define HAS_BIAS 0            // 1: add bias[col] (N floats) before the activation
+#define HAS_BIAS 0            // 1: add bias[col] (N values of BIAS_DTYPE) before the activation
+#endif
+#ifndef BIAS_DTYPE
+#define BIAS_DTYPE 2          // 0 fp16, 1 bf16, 2 fp32: the caller's bias, read in its own type (no fp32 copy)
 #endif
 #ifndef ACTIVATION
 #define ACTIVATION 0          // 0 none, 1 relu, 2 gelu (tanh approximation), 3 gelu (erf), 4 silu
@@ -62,6 +66,19 @@ __device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2
 typedef __half out_t;
 typedef __half2 out2_t;
 __device__ __forceinline__ out2_t to_out2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+#endif
+
+// One bias value in fp32, read through the read-only cache as it is stored: every fp16 and bf16 value is
+// exactly an fp32 one, so the epilogue's fp32 sum is the same as with an fp32 copy of the bias.
+#if BIAS_DTYPE == 2
+typedef float bias_t;
+__device__ __forceinline__ float load_bias(const bias_t* bias, int i) { return __ldg(bias + i); }
+#elif BIAS_DTYPE == 1
+typedef __nv_bfloat16 bias_t;
+__device__ __forceinline__ float load_bias(const bias_t* bias, int i) { return __bfloat162float(__ldg(bias + i)); }
+#else
+typedef __half bias_t;
+__device__ __forceinline__ float load_bias(const bias_t* bias, int i) { return __half2float(__ldg(bias + i)); }
 #endif
 
 #if OUT_DTYPE != 2
@@ -787,13 +804,13 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 // ldc) to store C^T into, since no tensor map describes C transposed.
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b, out_t* __restrict__ c_out,
-            const float* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters,
+            const bias_t* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters,
             int sk_tiles, int sk_workers)
 #else
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
             const __grid_constant__ TmaDesc tma_c,
-            const float* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters,
+            const bias_t* bias, float alpha, int M, int N, int K, float* partials, unsigned* counters,
             int sk_tiles, int sk_workers)
 #endif
 {
@@ -989,7 +1006,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = warp_row0 + lane / 4 + 8 * h;
-                    const float row_bias = HAS_BIAS && row < M ? __ldg(bias + row) : 0.0f;
+                    const float row_bias = HAS_BIAS && row < M ? load_bias(bias, row) : 0.0f;
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4) + e;
@@ -1018,8 +1035,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #pragma unroll
                     for (int t = 0; t < 2; ++t) {
                         const int col = tile_n * BLOCK_N + 8 * (j + t) + 2 * (lane % 4);
-                        if (col < N) bias_lo[t] = __ldg(bias + col);
-                        if (col + 1 < N) bias_hi[t] = __ldg(bias + col + 1);
+                        if (col < N) bias_lo[t] = load_bias(bias, col);
+                        if (col + 1 < N) bias_hi[t] = load_bias(bias, col + 1);
                     }
 #endif
 #if OUT_DTYPE != 2
