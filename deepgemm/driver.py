@@ -45,6 +45,9 @@ def libcuda() -> ctypes.CDLL:
     lib.cuDeviceGetAttribute.argtypes = [ctypes.POINTER(i32), i32, i32]
     lib.cuFuncSetAttribute.argtypes = [ptr, i32, i32]
     lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(i32), ptr, ctypes.POINTER(LaunchConfig)]
+    lib.cuMemAllocAsync.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ptr]
+    lib.cuMemFreeAsync.argtypes = [ctypes.c_uint64, ptr]
+    lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, u32, ctypes.c_size_t, ptr]
     check_with(lib, lib.cuInit(0), "cuInit")
     return lib
 
@@ -59,6 +62,32 @@ def check_with(lib: ctypes.CDLL, result: int, what: str) -> None:
         name = ctypes.c_char_p()
         lib.cuGetErrorName(result, ctypes.byref(name))
         raise RuntimeError(f"{what} failed with {(name.value or b'an unknown error').decode()} ({result})")
+
+
+class StreamMemory:
+    """Device memory of the library's own on `device`, allocated and freed in a stream's order
+    (cuMemAllocAsync, from the device's default pool), outside every framework's allocator: torch may be
+    routing a thread's allocations into a CUDA graph's private pool (torch.compile's cudagraph trees warm a
+    model up that way), where memory the library keeps past the call breaks the graph's accounting. Each call
+    makes the device's primary context current first, so a thread new to the GPU may call it too."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+
+    def allocate(self, nbytes: int, stream: int) -> int:
+        pointer = ctypes.c_uint64()
+        with cupy.cuda.Device(self.device):
+            status = libcuda().cuMemAllocAsync(ctypes.byref(pointer), nbytes, stream)
+        check(status, f"cuMemAllocAsync of {nbytes} bytes")
+        return pointer.value
+
+    def zero(self, pointer: int, words: int, stream: int) -> None:
+        with cupy.cuda.Device(self.device):
+            check(libcuda().cuMemsetD32Async(pointer, 0, words, stream), "cuMemsetD32Async")
+
+    def free(self, pointer: int, stream: int) -> None:
+        with cupy.cuda.Device(self.device):
+            check(libcuda().cuMemFreeAsync(pointer, stream), "cuMemFreeAsync")
 
 
 class LaunchConfig(ctypes.Structure):

@@ -25,6 +25,7 @@ from deepgemm.config import GemmConfig, require_at_most, require_in, require_wgm
 from deepgemm.driver import (
     CUDA_ERROR_INVALID_CONTEXT,
     RawLaunch,
+    StreamMemory,
     allow_dynamic_smem,
     check,
     device_limits,
@@ -212,8 +213,7 @@ class Plan:
                 captured = capture_scratch(fw, self.scratch, a)
                 values["partials"], values["counters"] = fw.pointer(captured[0]), fw.pointer(captured[1])
             else:
-                values["partials"], values["counters"] = split_k_scratch_pointers(fw, self.device, stream,
-                                                                                  self.scratch, a)  # fmt: skip
+                values["partials"], values["counters"] = split_k_scratch_pointers(self.device, stream, self.scratch)
         # Held until the kernel is queued: a buffer dropped earlier goes back to the framework's allocator,
         # which may hand its memory to the next one (the padded out) for the same kernel to write into.
         staged = None
@@ -449,7 +449,17 @@ def require_hopper(device: int) -> None:
         check_compute_capability(cc, device_name(device), MIN_CC, "deepgemm.gemm", exact=True)
 
 
-_SCRATCH: dict[tuple[str, int, int], tuple[Any, Any]] = {}  # (framework, device, stream) -> split-K's scratch
+@dataclass(frozen=True)
+class Scratch:
+    """Split-K's scratch on one stream: `partials` fp32 words and `counters` 32-bit words (zeroed), by pointer."""
+
+    partials: int
+    partials_words: int
+    counters: int
+    counters_words: int
+
+
+_SCRATCH: dict[tuple[int, int], Scratch] = {}  # (device, stream) -> split-K's scratch
 _SCRATCH_LOCK = threading.Lock()
 _CAPTURED: list[tuple[Any, Any]] = []  # CuPy's captured scratch, held for the process (see capture_scratch)
 
@@ -468,19 +478,24 @@ def capture_scratch(fw: Cupy | Torch, need: tuple[int, int], like: Any) -> tuple
     return pair
 
 
-def split_k_scratch_pointers(
-    fw: Cupy | Torch, device: int, stream: int, need: tuple[int, int], like: Any
-) -> tuple[int, int]:
+def split_k_scratch_pointers(device: int, stream: int, need: tuple[int, int], memory: Any = None) -> tuple[int, int]:
     """Pointers to at least need[0] fp32 partials and need[1] zeroed counters for a split-K launch on
     `stream`. The pair is shared by every plan on that stream and regrown (the old pair freed in stream
-    order, after the launches queued on it) when a launch needs more."""
-    key = (fw.name, device, stream)
+    order, after the launches queued on it) when a launch needs more. It is the library's own memory
+    (`driver.StreamMemory`, or `memory` standing in for it), not the framework's, since it outlives the
+    call: a tensor kept from inside torch.compile's cudagraph-tree warm-up would sit in that graph's pool,
+    which then refuses to record."""
+    key = (device, stream)
     with _SCRATCH_LOCK:
         held = _SCRATCH.get(key)
-        if held is None or held[0].shape[1] < need[0] or held[1].shape[1] < need[1]:
-            have = (0, 0) if held is None else (held[0].shape[1], held[1].shape[1])
-            f32 = fw.framework_dtype(FLOAT32)
-            partials = fw.empty((1, max(need[0], have[0])), f32, like)
-            counters = fw.zeros((1, max(need[1], have[1])), f32, like)  # all-zero bits: unsigned 0 in the kernel
-            held = _SCRATCH[key] = (partials, counters)
-    return fw.pointer(held[0]), fw.pointer(held[1])
+        if held is None or held.partials_words < need[0] or held.counters_words < need[1]:
+            words = (need[0], need[1]) if held is None else (max(need[0], held.partials_words),
+                                                             max(need[1], held.counters_words))  # fmt: skip
+            memory = memory or StreamMemory(device)
+            partials, counters = memory.allocate(4 * words[0], stream), memory.allocate(4 * words[1], stream)
+            memory.zero(counters, words[1], stream)  # all-zero bits: unsigned 0 in the kernel
+            if held is not None:
+                memory.free(held.partials, stream)
+                memory.free(held.counters, stream)
+            held = _SCRATCH[key] = Scratch(partials, words[0], counters, words[1])
+    return held.partials, held.counters

@@ -29,7 +29,8 @@ unset DEEPGEMM_FORCE_SM80  # the capability alone picks the library's kernel
 # A malformed capability stops here, named by the one function that reads it
 python3 -c "from deepgemm.driver import capability_override; capability_override()" 2>&1 | tail -1 || exit 2
 parts=${PART:-bench tests nbval}
-log=results/h200/forced_cc_$cc.txt
+suffix=""; [ "$parts" = "bench tests nbval" ] || suffix="_${parts// /_}"  # a part's log beside the whole run's
+log=results/h200/forced_cc_$cc$suffix.txt
 mkdir -p results/h200
 
 {

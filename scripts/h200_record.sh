@@ -37,7 +37,8 @@
 #                                   (shapes_sm80.json; DTYPE, default fp16; about 4 minutes)
 #   scripts/h200_record.sh forced   what a reader's GPU runs, all at once (nothing is timed for a record):
 #                                   scripts/forced_cc.sh at 8.0, 8.9 and 12.0, the sm_80 kernel's GPU tests
-#                                   (gpu_sm80.txt) and the torch operator's (gpu_torch.txt), in parallel
+#                                   (gpu_sm80.txt) and the torch operator's (gpu_torch.txt), in parallel;
+#                                   PARTS=tests runs one part of forced_cc.sh (its log forced_cc_<cc>_tests.txt)
 #   scripts/h200_record.sh train-gemms  the training step's GEMMs alone beside torch.matmul, and each model's step
 #                                   profiled (lab's train_gemms.json)
 #   scripts/h200_record.sh space    the library kernel's tile widths, clusters, swap AB and stream-K under test
@@ -153,7 +154,7 @@ elif [ "$part" = sm80-table ]; then
 elif [ "$part" = forced ]; then  # correctness only, so the runs share the GPU; each part under its own limit
   make --no-print-directory .nbval-site/.installed WHEELS=.whl  # once, before three runs would race to install
   for cc in 8.0 8.9 12.0; do
-    BENCH_S=90 TEST_S=${TEST_S:-270} NBVAL_S=${NBVAL_S:-200} bash scripts/forced_cc.sh "$cc" > "$out/forced_$cc.log" 2>&1 &
+    PART=${PARTS:-bench tests nbval} BENCH_S=90 TEST_S=${TEST_S:-270} NBVAL_S=${NBVAL_S:-200} bash scripts/forced_cc.sh "$cc" > "$out/forced_$cc.log" 2>&1 &
   done
   DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt 500 tests/test_gpu_sm80.py > /dev/null &
   tested_file results/h200/gpu_torch.txt 500 tests/test_gpu_torch.py > /dev/null &

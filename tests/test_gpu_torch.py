@@ -214,6 +214,30 @@ def test_reduce_overhead_captures_the_op_in_cuda_graphs():
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
 
 
+def test_reduce_overhead_replays_a_split_k_call_whose_scratch_the_library_keeps(monkeypatch):
+    """cudagraph trees warm a function up with the thread's allocations routed into the graph's private pool:
+    the stream's split-K scratch, made there and kept past the call, would be a tensor that pool does not
+    track, and the recording would refuse. It is the library's own memory (driver.StreamMemory)."""
+    from torch._dynamo.utils import counters
+
+    from deepgemm import api
+
+    monkeypatch.setattr(plan, "_SCRATCH", {})  # made fresh here, as a first split-K call of a process would
+    torch._dynamo.reset()
+    counters.clear()
+    gen = torch.Generator("cuda").manual_seed(11)
+    weight = torch.randn(1024, 4096, generator=gen, device="cuda").half()
+    config, _ = api.config_of(torch.empty(64, 4096, dtype=torch.half, device="cuda"), weight.T)
+    assert config.extra.get("SPLIT_K", 1) > 1, config  # the shape the kernel cuts along K, with either kernel
+    compiled = torch.compile(lambda x, w: deepgemm.gemm(x, w.T), mode="reduce-overhead", fullgraph=True)
+    for step in range(4):
+        torch.compiler.cudagraph_mark_step_begin()
+        x = torch.randn(64, 4096, generator=gen, device="cuda").half()
+        got = compiled(x, weight).clone()
+        assert _rel(got, _reference(x, weight.T, None, 1.0, None)) <= _tolerance(torch.half), step
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+
+
 # --- CUDA graphs -------------------------------------------------------------------------------------------
 
 

@@ -533,44 +533,74 @@ def test_a_swapped_plan_reads_b_as_its_a_and_stores_c_transposed(rng):
     assert result.shape == (m, n) and np.allclose(result, a @ b)
 
 
+class HostMemory:
+    """driver.StreamMemory on the host: words allocated as numpy float32 arrays (known to `fw` by pointer, so
+    FakeKernel finds them), zeroed, freed; every step recorded with its stream, and every array held."""
+
+    def __init__(self, fw: HostFramework) -> None:
+        self.fw, self.held, self.steps = fw, {}, []
+
+    def allocate(self, nbytes: int, stream: int) -> int:
+        x = np.full((1, nbytes // 4), np.nan, dtype=np.float32)
+        self.held[x.ctypes.data] = x
+        self.steps.append(("allocate", nbytes, stream))
+        return self.fw.pointer(x)
+
+    def zero(self, pointer: int, words: int, stream: int) -> None:
+        self.held[pointer][0, :words] = 0
+        self.steps.append(("zero", words, stream))
+
+    def free(self, pointer: int, stream: int) -> None:
+        self.steps.append(("free", self.held.pop(pointer).nbytes, stream))
+
+
 @pytest.fixture
 def scratch(monkeypatch):
+    """The split-K scratch table, empty, and the library's memory on the host (the fixture's `memory`)."""
+    fw = HostFramework()
+    memory = HostMemory(fw)
     monkeypatch.setattr(plan, "_SCRATCH", {})
-    return plan._SCRATCH
+    monkeypatch.setattr(plan, "StreamMemory", lambda device: memory)
+    return SimpleNamespace(table=plan._SCRATCH, memory=memory, fw=fw)
 
 
 def test_split_k_scratch_is_one_pair_per_stream_regrown_when_a_plan_needs_more(scratch):
-    fw, like = HostFramework(), np.zeros(1)
-    first = split_k_scratch_pointers(fw, 0, 7, (1000, 64), like)
-    assert split_k_scratch_pointers(fw, 0, 7, (500, 8), like) == first  # smaller: the same pair
-    other_stream = split_k_scratch_pointers(fw, 0, 8, (1000, 64), like)
-    assert other_stream != first and len(scratch) == 2
-    grown = split_k_scratch_pointers(fw, 0, 7, (2000, 16), like)
-    partials, counters = scratch[("host", 0, 7)]
-    assert grown == (partials.ctypes.data, counters.ctypes.data) and grown != first
-    assert partials.shape == (1, 2000) and counters.shape == (1, 64)  # each part at least what was held
-    assert partials.dtype == np.float32 and not counters.any()
+    memory = scratch.memory
+    first = split_k_scratch_pointers(0, 7, (1000, 64))
+    assert split_k_scratch_pointers(0, 7, (500, 8)) == first  # smaller: the same pair
+    other_stream = split_k_scratch_pointers(0, 8, (1000, 64))
+    assert other_stream != first and len(scratch.table) == 2
+    memory.steps.clear()
+    grown = split_k_scratch_pointers(0, 7, (2000, 16))
+    held = scratch.table[0, 7]
+    assert grown == (held.partials, held.counters) and grown != first
+    assert (held.partials_words, held.counters_words) == (2000, 64)  # each part at least what was held
+    partials, counters = memory.held[held.partials], memory.held[held.counters]
+    assert partials.shape == (1, 2000) and counters.shape == (1, 64) and not counters.any()
+    # the new pair made and zeroed, then the old one freed, all on the stream, in its order
+    assert memory.steps == [("allocate", 8000, 7), ("allocate", 256, 7), ("zero", 64, 7), ("free", 4000, 7),
+                            ("free", 256, 7)]  # fmt: skip
 
 
 def test_a_split_k_call_hands_the_kernel_its_streams_scratch(rng, scratch):
-    fw, (m, n, k) = HostFramework(), (6, 10, 64)
+    fw, (m, n, k) = scratch.fw, (6, 10, 64)
     kernel = FakeKernel(fw)
     call = _plan(fw, kernel, m=m, n=n, scratch=(3 * 128 * 256, 8))
     a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)).T
     result = call.run(a, b, None, 1.0, None)
-    partials, counters = scratch[("host", 0, 7)]
-    assert (kernel.values["partials"], kernel.values["counters"]) == (partials.ctypes.data, counters.ctypes.data)
-    assert np.allclose(result, a @ b)
+    held = scratch.table[0, 7]
+    assert (kernel.values["partials"], kernel.values["counters"]) == (held.partials, held.counters)
+    assert np.allclose(result, a @ b) and (3 * 128 * 256, 8) not in fw.allocated  # not the framework's memory
     fw.current_stream = 9  # another stream: its own pair, so that two launches never share counters
     call.run(a, b, None, 1.0, None)
-    assert kernel.values["partials"] == scratch[("host", 0, 9)][0].ctypes.data != partials.ctypes.data
+    assert kernel.values["partials"] == scratch.table[0, 9].partials != held.partials
 
 
 def test_a_call_being_captured_gets_a_zeroed_scratch_of_its_own(rng, scratch):
     """In a CUDA graph the stream's shared pair would be zeroed only by the graph that allocated it, and two
     graphs replayed at once would share it: each captured launch gets a fresh pair, its counters zeroed on
     the stream (a node of the graph), and the stream's pair is neither made nor touched."""
-    fw, (m, n, k) = HostFramework(), (6, 10, 64)
+    fw, (m, n, k) = scratch.fw, (6, 10, 64)
     kernel = FakeKernel(fw)
     call = _plan(fw, kernel, m=m, n=n, scratch=(3 * 128 * 256, 8))
     a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)).T
@@ -578,7 +608,7 @@ def test_a_call_being_captured_gets_a_zeroed_scratch_of_its_own(rng, scratch):
     for _ in range(2):
         call.run(a, b, None, 1.0, None)
         assert (kernel.counters_seen == 0).all()
-    assert ("host", 0, 7) not in scratch  # the stream's shared pair: never made under capture
+    assert not scratch.table and not scratch.memory.steps  # the stream's shared pair: never made under capture
     assert fw.allocated.count((1, 3 * 128 * 256)) == 2 and fw.allocated.count((1, 8)) == 2  # a pair per launch
 
 
