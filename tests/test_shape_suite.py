@@ -338,3 +338,13 @@ def test_the_heuristic_timed_is_the_one_of_the_kernel_the_call_runs(monkeypatch,
                 else heuristic.choose(96, 4096, 4096, 132).config())  # fmt: skip
     assert shape_suite.heuristic_config(96, 4096, 4096) == expected
     assert shape_suite.record_name() == ("shapes_sm80" if sm80 else "shapes")
+
+
+@pytest.mark.parametrize(("gpu", "sm80", "stages"), [(False, True, ("library",)), (True, False, ("library",)),
+                                                     (True, True, ("library_sm80",))])  # fmt: skip
+def test_the_shape_table_runs_the_library_kernel_the_call_runs_here(monkeypatch, gpu, sm80, stages):
+    """On a GPU where deepgemm.gemm runs the sm_80 kernel the table runs live on it (into shapes_sm80.json);
+    without a GPU the record of the sm_90a kernel is shown."""
+    monkeypatch.setattr(cli, "gpu_available", lambda: gpu)
+    monkeypatch.setattr(shape_suite, "runs_sm80", lambda: sm80)
+    assert cli.suite_stages("shapes") == stages and cli.suite_stages("pairs") == (cli.PAIRED_STAGE,)

@@ -43,7 +43,7 @@ from tutorial.runner import (
     run_command,
     show_recorded,
 )
-from tutorial.stages import CUBLAS, LIBRARY, missing_here, parse_stages, stage_name, unavailable_line
+from tutorial.stages import CUBLAS, LIBRARY, LIBRARY_SM80, missing_here, parse_stages, stage_name, unavailable_line
 from tutorial.target import profiled_stages
 
 SUITES = {
@@ -254,8 +254,16 @@ def record_only(stage_list: Sequence[str]) -> bool:
     return bool(missing)
 
 
+def suite_stages(suite: str) -> tuple[str, ...]:
+    """The kernels a suite runs whatever --stages says: for the shape table, the library kernel deepgemm.gemm
+    runs on this GPU (the sm_80 one on any GPU but Hopper, or with DEEPGEMM_FORCE_SM80=1)."""
+    if suite == "shapes" and gpu_available() and shape_suite.runs_sm80():
+        return (LIBRARY_SM80,)
+    return SUITE_STAGES.get(suite, ())
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    if record_only(SUITE_STAGES.get(args.suite, ())):
+    if record_only(suite_stages(args.suite)):
         return show_recorded_suite(args.suite)
     asked = parse_stages(args.stages)
     missing = missing_here(asked) if args.suite in STAGE_SUITES else []
