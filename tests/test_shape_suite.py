@@ -348,3 +348,18 @@ def test_the_shape_table_runs_the_library_kernel_the_call_runs_here(monkeypatch,
     monkeypatch.setattr(cli, "gpu_available", lambda: gpu)
     monkeypatch.setattr(shape_suite, "runs_sm80", lambda: sm80)
     assert cli.suite_stages("shapes") == stages and cli.suite_stages("pairs") == (cli.PAIRED_STAGE,)
+
+
+def test_the_sm80_kernels_recorded_table_verified_every_row_on_its_heuristics_pick():
+    """shapes_sm80.json: the H200 forced onto the sm_80 kernel, every row verified, every config that
+    kernel's heuristic's (it has no autotune table), at the same problems as the sm_90a kernel's table."""
+    from deepgemm import heuristic_sm80
+
+    record = results.load("shapes_sm80")
+    rows = record["rows"]
+    assert {(r["m"], r["n"], r["k"]) for r in rows} == set(shape_suite.shape_table())
+    limits = (record["provenance"]["sm_count"], 232448)  # the H200's SMs and shared memory per block
+    for row in rows:
+        assert row["passed"] and row["torch_passed"] and row["config_source"] == "heuristic", row
+        picked = heuristic_sm80.choose(row["m"], row["n"], row["k"], *limits)
+        assert row["config"] == config_name(picked) and row["heuristic_same"], row
