@@ -4,17 +4,17 @@ both B layouts, each verified against the float64 reference and timed per launch
 v2 timed first and last so that a drift of the clock between them shows. A research probe for issue 27's aim
 (the sm_80 kernel at least as fast as v2 at 4096^3); runs on any GPU of compute capability 8.0 or newer.
 
-    python -m lab.sm80_variants [--size 4096] [--dtype fp16] [--out FILE.json]
+    python -m lab.sm80_variants [--size 4096] [--dtype fp16] [--record]   (lab/results/h200/sm80_variants.json)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
+from lab import RESULTS_DIR
 from stages.v2_mma_sync import launch as v2
 from tutorial import library_sm80, results
 from tutorial.check import random_problem, reference, verify
@@ -66,16 +66,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--dtype", default="fp16")
-    parser.add_argument("--out", default="")
+    parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     rows = run(args.size, args.dtype)
     for row in rows:
         line = row.get("error") or (f"{row['tflops']:7.1f} TFLOP/s  {row['sm_clock_mhz'] or 0:5.0f} MHz"
                                     f"  {'ok' if row['passed'] else 'FAILED'}")  # fmt: skip
         print(f"{row['layout']:<11} {row['name']:<24} {line}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"provenance": results.provenance(), "rows": rows}, f, indent=1)
+    if args.record:
+        print(f"recorded in {results.save('sm80_variants', rows, results.provenance(), directory=RESULTS_DIR)}")
     return 0 if all(row.get("passed", True) for row in rows) else 1
 
 

@@ -190,15 +190,22 @@ def test_on_hopper_bench_runs_every_stage_and_says_nothing_of_the_record(gpu, fa
     assert "RECORDED" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    ("suite", "needs"), [("epilogue", "v5 needs"), ("pairs", "v5 needs"), ("shapes", "library needs")]
-)
+@pytest.mark.parametrize(("suite", "needs"), [("epilogue", "v5 needs"), ("pairs", "v5 needs")])
 def test_a_suite_of_one_sm90a_kernel_shows_its_record_and_says_why(gpu, fake_bench, capsys, suite, needs):
     gpu((12, 0), "NVIDIA GeForce RTX 5090")
     assert cli.main(["bench", "--suite", suite]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{needs} sm_90a (Hopper); this GPU (NVIDIA GeForce RTX 5090) is 12.0: showing the")
     assert out[1].startswith("RECORDED results: NVIDIA H200") and fake_bench == []
+
+
+@pytest.mark.parametrize(("cc", "stages"), [((9, 0), ("library",)), ((8, 9), ("library_sm80",)),
+                                            ((12, 0), ("library_sm80",))])  # fmt: skip
+def test_the_shape_table_runs_the_library_kernel_the_call_runs_on_this_gpu(gpu, monkeypatch, cc, stages):
+    """Off Hopper the shape table runs live on the sm_80 kernel (into shapes_sm80.json), as deepgemm.gemm does."""
+    gpu(cc)
+    monkeypatch.setattr(cli, "gpu_available", lambda: True)
+    assert cli.suite_stages("shapes") == stages and not cli.missing_here(stages)
 
 
 def test_the_ablation_suite_ablates_v2_here_and_shows_v3_s_recorded_ablation(gpu, fake_bench, monkeypatch, capsys):

@@ -264,6 +264,7 @@ def test_a_recorded_run_merges_its_rows_and_block_and_prints_the_summary(monkeyp
     """Into shapes.json, or shapes_sm80.json where the call runs the sm_80 kernel (an H200 forced onto it)."""
     monkeypatch.setattr(cli, "gpu_available", lambda: True)
     monkeypatch.setattr(cli, "missing_here", lambda stages: [])
+    monkeypatch.setattr(cli, "runs_here", lambda stage: stage == "library_sm80" or not sm80)
     monkeypatch.setattr(shape_suite, "runs_sm80", lambda: sm80)
     monkeypatch.setattr(results, "provenance", lambda: _prov("now"))
     monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path)
@@ -346,7 +347,7 @@ def test_the_shape_table_runs_the_library_kernel_the_call_runs_here(monkeypatch,
     """On a GPU where deepgemm.gemm runs the sm_80 kernel the table runs live on it (into shapes_sm80.json);
     without a GPU the record of the sm_90a kernel is shown."""
     monkeypatch.setattr(cli, "gpu_available", lambda: gpu)
-    monkeypatch.setattr(shape_suite, "runs_sm80", lambda: sm80)
+    monkeypatch.setattr(cli, "runs_here", lambda stage: stage == "library_sm80" or not sm80)
     assert cli.suite_stages("shapes") == stages and cli.suite_stages("pairs") == (cli.PAIRED_STAGE,)
 
 

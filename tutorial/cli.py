@@ -43,7 +43,16 @@ from tutorial.runner import (
     run_command,
     show_recorded,
 )
-from tutorial.stages import CUBLAS, LIBRARY, LIBRARY_SM80, missing_here, parse_stages, stage_name, unavailable_line
+from tutorial.stages import (
+    CUBLAS,
+    LIBRARY,
+    LIBRARY_SM80,
+    missing_here,
+    parse_stages,
+    runs_here,
+    stage_name,
+    unavailable_line,
+)
 from tutorial.target import profiled_stages
 
 SUITES = {
@@ -257,7 +266,7 @@ def record_only(stage_list: Sequence[str]) -> bool:
 def suite_stages(suite: str) -> tuple[str, ...]:
     """The kernels a suite runs whatever --stages says: for the shape table, the library kernel deepgemm.gemm
     runs on this GPU (the sm_80 one on any GPU but Hopper, or with DEEPGEMM_FORCE_SM80=1)."""
-    if suite == "shapes" and gpu_available() and shape_suite.runs_sm80():
+    if suite == "shapes" and gpu_available() and not runs_here(LIBRARY):
         return (LIBRARY_SM80,)
     return SUITE_STAGES.get(suite, ())
 
