@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab import RESULTS_DIR
+from lab import record
 from tutorial import results
 
 SHAPE = (64, 64, 64)
@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = measure({"this": results.REPO, "against": Path(args.against)})
     if args.record:
-        prov = results.provenance(["python", "-m", "lab.call_host", *sys.argv[1:]])
-        print(f"recorded {results.save('call_host', rows, prov, RESULTS_DIR)}")
+        record("call_host", "lab.call_host", None, rows)
     return 0
 
 

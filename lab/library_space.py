@@ -26,8 +26,8 @@ from deepgemm.driver import device_limits
 from deepgemm.heuristic import config_fields, config_name, max_stages
 from deepgemm.model import ceil_div, round_up
 from deepgemm.plan import DEFAULTS, check_config
-from lab import RESULTS_DIR
-from tutorial import library, precompile, results
+from lab import RESULTS_DIR, record
+from tutorial import library, precompile
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload
 from tutorial.call_suite import require_torch
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(every)} candidates; compiled in {precompile.warm(every, args.dtype, TUNED_LAYOUT):.0f} s", flush=True)
     rows = [sweep_shape(m, n, k, args.dtype, sm_count) for m, n, k in shapes]
     if args.record:
-        print(f"recorded in {results.save(RECORD, rows, results.provenance(), RESULTS_DIR)}")
+        record(RECORD, "lab.library_space", None, rows)
     return 0 if all(e["passed"] for row in rows for e in row["candidates"] if "error" not in e) else 1
 
 

@@ -15,7 +15,6 @@ registration deepgemm does not use); each of the last three with an input that r
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +22,7 @@ import torch
 
 import deepgemm
 from deepgemm import api, torch_ops
-from lab import RESULTS_DIR
-from tutorial import results
+from lab import record
 from tutorial.timing import host_us_per_call
 
 SHAPE = (64, 64, 64)
@@ -86,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = measure(args.rounds)
     if args.record:
-        prov = results.provenance(["python", "-m", "lab.op_host", *(argv if argv is not None else sys.argv[1:])])
-        print(f"recorded {results.save('op_host', rows, prov, RESULTS_DIR)}")
+        record("op_host", "lab.op_host", argv, rows)
     return 0
 
 

@@ -25,7 +25,7 @@ import cupy
 
 from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.dtypes import input_dtype
-from lab import RESULTS_DIR
+from lab import record
 from tutorial import results, stages
 from tutorial.bench import bench_rounds
 from tutorial.check import random_problem, reference, verify
@@ -123,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_rounds(plans, size, size, size, dtype_name, rounds=args.rounds, log=log)
     print("\n".join(summary_lines(rows)))
     if args.record:
-        prov = results.provenance(["python", "-m", "lab.rounds", *(argv if argv is not None else sys.argv[1:])])
-        print(f"recorded {results.save(args.record, rows, prov, RESULTS_DIR)}")
+        record(args.record, "lab.rounds", argv, rows)
     return 0
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import input_dtype
-from lab import RESULTS_DIR
+from lab import record
 from stages.v2_mma_sync import launch as v2
-from tutorial import library_sm80, results
+from tutorial import library_sm80
 from tutorial.check import random_problem, reference, verify
 from tutorial.timing import settle, tflops, time_launches
 
@@ -74,7 +74,7 @@ def main() -> int:
                                     f"  {'ok' if row['passed'] else 'FAILED'}")  # fmt: skip
         print(f"{row['layout']:<11} {row['name']:<24} {line}")
     if args.record:
-        print(f"recorded in {results.save('sm80_variants', rows, results.provenance(), directory=RESULTS_DIR)}")
+        record("sm80_variants", "lab.sm80_variants", None, rows)
     return 0 if all(row.get("passed", True) for row in rows) else 1
 
 

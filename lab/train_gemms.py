@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,8 +21,8 @@ import torch
 
 from deepgemm import api, torch_ops
 from deepgemm.heuristic import config_name
-from lab import RESULTS_DIR
-from tutorial import results, train
+from lab import record
+from tutorial import train
 from tutorial.timing import capture_graph, graph_calls, time_graph
 
 RECORD = "train_gemms"
@@ -160,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cprofile:
         print_cprofile(setup, "deepgemm")
     if args.record:
-        prov = results.provenance(["python", "-m", "lab.train_gemms", *(argv if argv is not None else sys.argv[1:])])
-        print(f"recorded {results.save(RECORD, rows, prov, directory=RESULTS_DIR, extra={'steps': steps})}")
+        record(RECORD, "lab.train_gemms", argv, rows, extra={"steps": steps})
     return 0
 
 

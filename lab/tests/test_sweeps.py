@@ -139,3 +139,15 @@ def test_one_cta_per_sm_widens_v5_s_grid_to_the_clusters_that_fit(monkeypatch):
         monkeypatch.setattr(sweeps, "v5_with_tiles", lambda a, b, launch=launch, tiles=tiles: (launch, tiles, 2))
         assert sweeps.one_cta_per_sm(None, None).grid == (grid,)
     assert asked == [(0xF00, 2, 384, 200_000)] * 2
+
+
+def test_a_lab_record_names_the_command_as_a_reader_types_it(monkeypatch, tmp_path):
+    import lab
+
+    seen = []
+    monkeypatch.setattr(lab, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(results, "provenance", lambda command: seen.append(command) or {"command": command})
+    path = lab.record("probe", "lab.probe", ["--size", "64"], [{"x": 1}], extra={"steps": []})
+    assert seen == [["python", "-m", "lab.probe", "--size", "64"]] and path == tmp_path / "probe.json"
+    saved = results.load("probe", tmp_path)
+    assert saved["rows"] == [{"x": 1}] and saved["steps"] == [] and saved["provenance"]["command"][2] == "lab.probe"
