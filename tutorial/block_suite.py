@@ -24,11 +24,11 @@ from tutorial.shape_suite import SHAPE_LAYOUT
 from tutorial.timing import (
     CapturedGraph,
     PowerSampler,
+    alternated_graph_fields,
     capture_graph,
     gemm_flops,
     graph_calls,
     run_batch,
-    time_graphs,
 )
 
 LLAMA3_8B_BLOCK = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
@@ -75,16 +75,10 @@ def time_blocks(blocks: dict[str, Sequence[Callable[[], tuple]]], works: Sequenc
     batches alternated (`timing.time_graphs`): `<prefix>graph_us` per block, `<prefix>passed`,
     `<prefix>max_abs_err` per GEMM, `<prefix>graph_calls` (blocks per graph), `<prefix>graph_sm_clock_mhz`."""
     captured = {prefix: captured_block(launches, works) for prefix, launches in blocks.items()}
-    timings = time_graphs([graph for graph, _ in captured.values()])
-    fields: dict[str, Any] = {}
-    for (prefix, (graph, checks)), timing in zip(captured.items(), timings, strict=True):
-        fields.update({
-            f"{prefix}graph_us": 1e3 * timing.ms,
-            f"{prefix}passed": all(check.passed for check in checks),
-            f"{prefix}max_abs_err": [check.max_abs for check in checks],
-            f"{prefix}graph_calls": graph.calls,
-            f"{prefix}graph_sm_clock_mhz": timing.sm_clock_mhz,
-        })  # fmt: skip
+    fields = alternated_graph_fields({prefix: graph for prefix, (graph, _) in captured.items()})
+    for prefix, (_, checks) in captured.items():
+        fields.update({f"{prefix}passed": all(check.passed for check in checks),
+                       f"{prefix}max_abs_err": [check.max_abs for check in checks]})  # fmt: skip
     return fields
 
 

@@ -396,6 +396,16 @@ def time_graphs(
     return timings
 
 
+def alternated_graph_fields(graphs: dict[str, CapturedGraph]) -> dict[str, Any]:
+    """Graphs named by a field prefix, timed together (`time_graphs`): `<prefix>graph_us` (µs per captured
+    call), `<prefix>graph_calls` and `<prefix>graph_sm_clock_mhz` for each."""
+    fields: dict[str, Any] = {}
+    for (prefix, graph), timing in zip(graphs.items(), time_graphs(list(graphs.values())), strict=True):
+        fields.update({f"{prefix}graph_us": 1e3 * timing.ms, f"{prefix}graph_calls": graph.calls,
+                       f"{prefix}graph_sm_clock_mhz": timing.sm_clock_mhz})  # fmt: skip
+    return fields
+
+
 def time_graph(
     captured: CapturedGraph,
     *,
