@@ -151,3 +151,25 @@ def test_a_lab_record_names_the_command_as_a_reader_types_it(monkeypatch, tmp_pa
     assert seen == [["python", "-m", "lab.probe", "--size", "64"]] and path == tmp_path / "probe.json"
     saved = results.load("probe", tmp_path)
     assert saved["rows"] == [{"x": 1}] and saved["steps"] == [] and saved["provenance"]["command"][2] == "lab.probe"
+
+
+def test_the_sm80_probe_brackets_every_variant_with_v2_at_both_b_layouts(monkeypatch):
+    from types import SimpleNamespace
+
+    from lab import sm80_variants
+
+    work = SimpleNamespace(problems=[("a0", "b0"), ("a1", "b1")])
+    monkeypatch.setattr(sm80_variants.Workload, "make", lambda *args: SimpleNamespace(in_layout=lambda a, b: work))
+    seen = []
+
+    def fake_measure(name, w, launches, settle_s):
+        seen.append((name, len(launches)))
+        return {"stage": name, "passed": True}
+
+    monkeypatch.setattr(sm80_variants, "measure", fake_measure)
+    monkeypatch.setattr(sm80_variants.v2, "plan", lambda a, b: (a, b))
+    monkeypatch.setattr(sm80_variants.library_sm80, "plan", lambda a, b, config: (a, b, config))
+    rows = sm80_variants.run(64, "fp16")
+    names = ["v2", *sm80_variants.VARIANTS, "v2 again"]
+    assert [row["stage"] for row in rows] == names * 2 and {len for _, len in seen} == {2}  # every input set
+    assert [row["layout"] for row in rows] == ["nk"] * len(names) + ["kn"] * len(names)
