@@ -1,19 +1,23 @@
-"""Which configuration of the sm_80 kernel (kernels/gemm_sm80.cu) a problem gets: a tile by M, narrowed to N,
-the deepest pipeline the GPU's shared memory holds, and split-K where the tiles leave SMs idle.
+"""Which configuration of the sm_80 kernel (kernels/gemm_sm80.cu) a problem gets: of the tiles that suit its M,
+at one, a few or many slices of K, the one a small cost model says finishes first.
 
-This is the kernel for GPUs without wgmma (Ampere, Ada, consumer Blackwell), and no such GPU has measured
-it yet: there is no autotune table and no cost model, only the rules below, each with its reason.
+This is the kernel for GPUs without wgmma (Ampere, Ada, consumer Blackwell). No such GPU has measured it; an
+H200 has, running it as sm_80 code: `python -m lab.sm80_space` timed 15 tiles at up to three splits each at the
+shape table's 76 layer shapes (`lab/results/h200/sm80_space.json`), and the model below is read from that
+record. Over it, the model's first choice is a mean 3.7% slower than the fastest candidate timed (the rules it
+replaced: 15%, worst 75%).
 
-- **A tile by M** (`TILES`). A decode step's few tokens take a 16-row tile (and 32 rows up to 32 tokens):
-  the work is streaming B once, and a 128-row tile would multiply 127 rows of zeros for every token. Up to
-  64 tokens, 64 x 128 tiles; beyond, v2's 128 x 256 where those tiles fill every SM once, else 128 x 128,
-  whose warps own the same 64 x 64 of C and which makes twice the tiles (and takes an N narrower than 256).
-- **Narrowed to N**: a tile no wider than the power of two that covers N, as long as each warp keeps its
-  pair of n8 tiles (16 x WARPS_N columns at least).
-- **The pipeline**: the tile's own depth (`Tile.max_stages`), or as many stages as fit the GPU's shared
-  memory per block (99 KB on Ada and consumer Blackwell, 163 KB on A100).
-- **Split-K** only while the tiles leave half the SMs idle: as many slices as fill the SMs once, each at
-  least `MIN_K_TILES_PER_SLICE` k-tiles long so that its pipeline fills, at most `MAX_SPLIT`.
+- **The tiles** (`TILES`): BLOCK_K 64, which beat BLOCK_K 32 at every tile in the record (half the barriers
+  and half the waits per K); 16 and 32 rows for a decode step's few tokens (a 128-row tile multiplies 127 rows
+  of zeros per token), 64 and 128 rows beyond. A tile is timed only where it suits M (`suits`) and is no
+  wider than the power of two that covers N (`narrow_block_n`).
+- **The splits of K**: none, and the most slices that keep the blocks within one and within two rounds of
+  the SMs, each slice at least `MIN_K_TILES_PER_SLICE` k-tiles long, at most `MAX_SPLIT`.
+- **The cost** (`estimate_us`): the busiest SM runs its blocks' multiply-adds at the tile's own rate, which
+  it reaches only when it holds as many blocks as fit (`resident`; fewer run at (held / fit) ** 0.4 of it),
+  plus split-K's partials (written, then read back) and each slice's fixed cost.
+- **The pipeline**: the tile's own depth, or as many stages as fit the GPU's shared memory per block (99 KB
+  on Ada and consumer Blackwell, 163 KB on A100).
 """
 
 from __future__ import annotations
@@ -26,44 +30,65 @@ from deepgemm.model import ceil_div, output_tiles
 
 @dataclass(frozen=True)
 class Tile:
-    """A tile of the kernel and the problems it serves: M up to `max_m` (None: any)."""
+    """A tile of the kernel, its warp grid and depth, and its rate: the TFLOP/s one SM sustains with this tile
+    when it holds as many of its blocks as fit (the median over the record's rows of four or more rounds)."""
 
-    max_m: int | None
     block_m: int
     block_n: int
     block_k: int
     warps_m: int
     warps_n: int
     max_stages: int
+    tflops_per_sm: float
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
 
     def stage_bytes(self, block_n: int | None = None) -> int:
         """One k-tile of A and one of B in shared memory."""
         return (self.block_m + (block_n or self.block_n)) * self.block_k * ELEMENT_BYTES
 
+    def registers(self, block_n: int | None = None) -> int:
+        """Registers a thread holds: its fp32 accumulators and about 100 more (ptxas for sm_80: 79 at 16 x 64,
+        106 at 64 x 64, 168 at 64 x 128, 232 at 128 x 128), at most 255."""
+        accumulators = self.block_m * (block_n or self.block_n) // self.threads
+        return min(MAX_REGISTERS, accumulators + REGISTERS_BESIDE_ACCUMULATORS)
+
 
 TILES = (
-    Tile(16, 16, 64, 64, 1, 4, 6),  # decode: 4 warps of 16 x 16; 10 KB stages, 6 of them in flight
-    Tile(32, 32, 64, 64, 1, 4, 6),  # 4 warps of 32 x 16
-    Tile(64, 64, 128, 32, 2, 2, 4),  # 4 warps of 32 x 64
-    Tile(None, 128, 128, 32, 2, 2, 4),  # 4 warps of 64 x 64, 128 accumulators a thread
+    Tile(16, 64, 64, 1, 4, 6, 0.89),  # decode: 4 warps of 16 x 16
+    Tile(16, 128, 64, 1, 4, 6, 0.97),  # 4 warps of 16 x 32: half the blocks at a wide N
+    Tile(32, 64, 64, 1, 4, 6, 1.24),  # 4 warps of 32 x 16
+    Tile(32, 128, 64, 1, 4, 6, 1.36),  # 4 warps of 32 x 32
+    Tile(64, 64, 64, 2, 2, 4, 1.98),  # 4 warps of 32 x 32: many blocks where M x N is small
+    Tile(64, 128, 64, 2, 2, 4, 2.35),  # 4 warps of 32 x 64
+    Tile(128, 128, 64, 2, 2, 3, 2.88),  # 4 warps of 64 x 64, two blocks to an SM
+    Tile(128, 256, 64, 2, 4, 3, 3.02),  # 8 warps of 64 x 64: the fewest shared-memory reads per multiply
 )
-WIDE = Tile(None, 128, 256, 32, 2, 4, 4)  # v2's tile and the kernel's default: 8 warps of 64 x 64
+WIDE = Tile(128, 256, 32, 2, 4, 4, 2.94)  # v2's tile and the kernel's default (plan_sm80.DEFAULTS)
 MIN_STAGES = 2  # double buffering: the kernel's least
 MIN_K_TILES_PER_SLICE = 4  # a slice shorter than this cannot fill the pipeline it runs through
 MAX_SPLIT = 16
 GROUP_M = 8  # tile rows a group of the launch order walks (the kernel's default)
+MAX_REGISTERS = 255
+REGISTERS_BESIDE_ACCUMULATORS = 100
+REGISTERS_PER_SM = 65536  # every GPU from sm_80 on
+WARPS_PER_SM = 48  # the least from sm_80 on (sm_86, sm_89, sm_120; A100 and Hopper hold 64)
+SMEM_RESERVED_PER_BLOCK = 1024  # the system's 1 KB per block; an SM holds a block's opt-in limit plus it
+# Fitted to the record (`python -m lab.sm80_space --regret` prints the picks): an SM holding j of the `fit`
+# blocks it could runs at (j / fit) ** 0.4 of the tile's rate; split-K costs 1 µs per MB of fp32 partials
+# (M x N x 4 x slices, written and read back) and 1.6 µs per slice (its pipeline's fill, its count-in).
+LONE_BLOCKS_EXPONENT = 0.4
+SPLIT_US_PER_MB = 1.0
+SLICE_US = 1.6
 
 
-def tile_for(m: int, n: int, sm_count: int) -> Tile:
-    """The tile for M tokens: the first of TILES that holds M, or WIDE where N is as wide as its tiles and
-    they fill every SM."""
-    for tile in TILES:
-        if tile.max_m is None or m <= tile.max_m:
-            wide_fills = n >= WIDE.block_n and output_tiles(m, n, WIDE.block_m, WIDE.block_n) >= sm_count
-            if tile.max_m is None and wide_fills:
-                return WIDE
-            return tile
-    raise AssertionError("the last tile takes any M")
+def suits(tile: Tile, m: int) -> bool:
+    """Whether a tile is worth its place at M: no taller than M's power of two (16 at least), and, past 64
+    rows, no shorter than a quarter of it (a 16-row tile at M = 512 would read B 32 times)."""
+    cover = 1 << max(0, m - 1).bit_length()
+    return tile.block_m <= max(16, cover) and (m <= 64 or 4 * tile.block_m >= min(cover, 256))
 
 
 def narrow_block_n(tile: Tile, n: int) -> int:
@@ -81,20 +106,66 @@ def stages_for(tile: Tile, block_n: int, smem_per_block: int) -> int:
     return min(tile.max_stages, fit)
 
 
-def split_for(tiles: int, k: int, block_k: int, sm_count: int) -> int:
-    """Slices of K per tile: 1 unless the tiles leave half the SMs idle; then as many as fill the SMs once,
-    each at least MIN_K_TILES_PER_SLICE k-tiles, at most MAX_SPLIT."""
-    if 2 * tiles > sm_count:
-        return 1
-    return max(1, min(sm_count // tiles, ceil_div(k, block_k) // MIN_K_TILES_PER_SLICE, MAX_SPLIT))
+def resident(tile: Tile, block_n: int, stages: int, smem_per_block: int) -> int:
+    """Blocks of this tile one SM holds at once: the least that its shared memory, registers and warp slots
+    allow (1 at least)."""
+    by_smem = (smem_per_block + SMEM_RESERVED_PER_BLOCK) // (
+        stages * tile.stage_bytes(block_n) + SMEM_RESERVED_PER_BLOCK
+    )
+    by_registers = REGISTERS_PER_SM // (tile.threads * tile.registers(block_n))
+    by_warps = WARPS_PER_SM // (tile.threads // 32)
+    return max(1, min(by_smem, by_registers, by_warps))
+
+
+def splits(tiles: int, k: int, block_k: int, sm_count: int) -> list[int]:
+    """1, and the most slices (of at least MIN_K_TILES_PER_SLICE k-tiles, at most MAX_SPLIT) that keep the
+    blocks within one and within two rounds of the SMs."""
+    most = min(ceil_div(k, block_k) // MIN_K_TILES_PER_SLICE, MAX_SPLIT)
+    found = {1}
+    for rounds in (1, 2):
+        fit = min(most, rounds * sm_count // tiles)
+        if fit > 1:
+            found.add(fit)
+    return sorted(found)
+
+
+def estimate_us(m: int, n: int, k: int, cfg: GemmConfig, tile: Tile, sm_count: int, smem_per_block: int) -> float:
+    """The model's time of one configuration (module docstring): the busiest SM's multiply-adds at the rate its
+    blocks reach, plus split-K's partials."""
+    block_n, split = cfg.block_n or tile.block_n, cfg.extra["SPLIT_K"]
+    fit = resident(tile, block_n, cfg.num_stages or tile.max_stages, smem_per_block)
+    blocks = ceil_div(output_tiles(m, n, tile.block_m, block_n) * split, sm_count)  # on the busiest SM
+    rate = tile.tflops_per_sm * 1e6 * (min(blocks, fit) / fit) ** LONE_BLOCKS_EXPONENT  # flop per µs
+    work = 2 * tile.block_m * block_n * ceil_div(ceil_div(k, tile.block_k), split) * tile.block_k
+    partials = SPLIT_US_PER_MB * m * n * 4 * split / 1e6 + SLICE_US * split if split > 1 else 0.0
+    return blocks * work / rate + partials
+
+
+def config_of(tile: Tile, block_n: int, split: int, smem_per_block: int) -> GemmConfig:
+    extra = {"WARPS_M": tile.warps_m, "WARPS_N": tile.warps_n, "GROUP_M": GROUP_M, "SPLIT_K": split}
+    stages = stages_for(tile, block_n, smem_per_block)
+    return GemmConfig(block_m=tile.block_m, block_n=block_n, block_k=tile.block_k, num_stages=stages, extra=extra)
+
+
+def candidates(m: int, n: int, k: int, sm_count: int, smem_per_block: int) -> list[tuple[Tile, GemmConfig]]:
+    """Every tile that suits M and fits two stages in a block, narrowed to N, at each of its splits (`splits`),
+    in TILES' order; a narrowed tile that repeats an earlier one is left out."""
+    found, seen = [], set()
+    for tile in TILES:
+        block_n = narrow_block_n(tile, n)
+        fits = smem_per_block >= MIN_STAGES * tile.stage_bytes(block_n)
+        if not (fits and suits(tile, m)) or (tile.block_m, block_n, tile.block_k) in seen:
+            continue
+        seen.add((tile.block_m, block_n, tile.block_k))
+        for split in splits(output_tiles(m, n, tile.block_m, block_n), k, tile.block_k, sm_count):
+            found.append((tile, config_of(tile, block_n, split, smem_per_block)))
+    return found
 
 
 def choose(m: int, n: int, k: int, sm_count: int, smem_per_block: int) -> GemmConfig:
     """The configuration for an M x N x K problem on a GPU of `sm_count` SMs whose blocks may use
-    `smem_per_block` bytes of shared memory (module docstring)."""
-    tile = tile_for(m, n, sm_count)
-    block_n = narrow_block_n(tile, n)
-    split = split_for(output_tiles(m, n, tile.block_m, block_n), k, tile.block_k, sm_count)
-    extra = {"WARPS_M": tile.warps_m, "WARPS_N": tile.warps_n, "GROUP_M": GROUP_M, "SPLIT_K": split}
-    stages = stages_for(tile, block_n, smem_per_block)
-    return GemmConfig(block_m=tile.block_m, block_n=block_n, block_k=tile.block_k, num_stages=stages, extra=extra)
+    `smem_per_block` bytes of shared memory: the candidate of least estimated time (the first of a tie)."""
+    found = candidates(m, n, k, sm_count, smem_per_block)
+    if not found:
+        raise ValueError(f"no tile of the sm_80 kernel fits {smem_per_block} bytes of shared memory per block")
+    return min(found, key=lambda pair: estimate_us(m, n, k, pair[1], pair[0], sm_count, smem_per_block))[1]

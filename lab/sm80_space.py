@@ -1,19 +1,23 @@
-"""The sm_80 library kernel's configuration space at the shape table's shapes: for each problem, the tiles of
-`TILES` that suit its M, each at up to three splits of K, verified against the float64 reference and timed
-per launch on rotating input sets (`bench.measure`), beside cuBLAS and the heuristic's own pick in the same
-run. The data `deepgemm.heuristic_sm80`'s tile rules are read from (issue 27: at least 0.5x cuBLAS).
+"""The sm_80 library kernel's configuration space at the shape table's layer shapes: for each problem, the
+heuristic's candidates (`heuristic_sm80.candidates`: its tiles that suit M, each at up to three splits of K)
+and the other tiles of `EXTRA_TILES`, each verified against the float64 reference and timed per launch on
+rotating input sets (`bench.measure`), beside cuBLAS (through CuPy, so host-bound below about 25 µs) and the
+heuristic's own pick in the same run. The record `deepgemm.heuristic_sm80`'s cost model is fitted to.
 
     python -m lab.sm80_space [--dtype fp16] [--shapes 256x4096x4096,...] [--budget-s 400] [--record]
-        --record writes lab/results/h200/sm80_space.json; shapes default to the shape table's layers
-        and other shapes (`default_shapes`).
+        --record writes lab/results/h200/sm80_space.json; shapes default to `default_shapes`.
+    python -m lab.sm80_space --regret
+        the heuristic's pick now at each recorded shape against the fastest recorded there (no GPU)
 
 A shape that would start after `--budget-s` seconds is left out (and said), so a device call's limit never
-loses what was measured.
+loses what was measured. The record (f795f9a) was made when the candidates were 15 named tiles at the same
+splits: the 8 of `heuristic_sm80.TILES` and the 7 of EXTRA_TILES.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
@@ -21,67 +25,42 @@ from deepgemm import heuristic_sm80
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
 from deepgemm.heuristic_sm80 import Tile
-from deepgemm.model import ceil_div, output_tiles
-from lab import record
+from deepgemm.model import output_tiles
+from lab import RESULTS_DIR, record
 from tutorial import library_sm80
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload, cublas_launches, measure
 from tutorial.shape_suite import LAYER_MS, MODEL_LAYERS, OTHERS
 
 TIMING = {"batch_ms": 15.0, "batches": 5, "warmup_ms": 20.0}  # ranking, not the record's timing
-TILES = {  # name: the tile (max_m unused here), each warp's share in the comment
-    "16x64x64 1x4": Tile(None, 16, 64, 64, 1, 4, 6),  # 16 x 16
-    "16x128x64 1x4": Tile(None, 16, 128, 64, 1, 4, 6),  # 16 x 32
-    "32x64x64 1x4": Tile(None, 32, 64, 64, 1, 4, 6),  # 32 x 16
-    "32x128x64 1x4": Tile(None, 32, 128, 64, 1, 4, 6),  # 32 x 32
-    "64x64x64 2x2": Tile(None, 64, 64, 64, 2, 2, 4),  # 32 x 32
-    "64x128x32 2x2": Tile(None, 64, 128, 32, 2, 2, 4),  # 32 x 64
-    "64x128x64 2x2": Tile(None, 64, 128, 64, 2, 2, 4),  # 32 x 64
-    "64x256x32 1x4": Tile(None, 64, 256, 32, 1, 4, 4),  # 64 x 64
-    "64x256x32 2x4": Tile(None, 64, 256, 32, 2, 4, 4),  # 32 x 64, 8 warps
-    "128x128x32 2x2": Tile(None, 128, 128, 32, 2, 2, 4),  # 64 x 64
-    "128x128x32 2x4": Tile(None, 128, 128, 32, 2, 4, 4),  # 64 x 32, 8 warps
-    "128x128x64 2x2": Tile(None, 128, 128, 64, 2, 2, 3),  # 64 x 64
-    "128x256x32 2x4": Tile(None, 128, 256, 32, 2, 4, 4),  # 64 x 64, 8 warps (v2's)
-    "128x256x64 2x4": Tile(None, 128, 256, 64, 2, 4, 3),  # 64 x 64, 8 warps
-    "256x128x32 4x2": Tile(None, 256, 128, 32, 4, 2, 4),  # 64 x 64, 8 warps
-}
+# Beside the heuristic's tiles, their BLOCK_K 32 forms and the other 8-warp grids, so that the record shows
+# what the heuristic leaves out and by how much (each slower in the record; rates unused).
+EXTRA_TILES = (
+    Tile(64, 128, 32, 2, 2, 4, 0.0),
+    Tile(64, 256, 32, 1, 4, 4, 0.0),
+    Tile(64, 256, 32, 2, 4, 4, 0.0),
+    Tile(128, 128, 32, 2, 2, 4, 0.0),
+    Tile(128, 128, 32, 2, 4, 4, 0.0),
+    heuristic_sm80.WIDE,
+    Tile(256, 128, 32, 4, 2, 4, 0.0),
+)
 
 
-def suits(tile: Tile, m: int, n: int) -> bool:
-    """Whether a tile is worth timing at M x N: not wider than N needs, not taller than M's power of two, and
-    not four times shorter than it while M is past 64 (a 16-row tile at M = 512 reads B 32 times)."""
-    cover_m = 1 << max(0, m - 1).bit_length()
-    cover_n = 1 << max(0, n - 1).bit_length()
-    if tile.block_n > max(cover_n, 16 * tile.warps_n) or tile.block_m > max(16, cover_m):
-        return False
-    return not (m > 64 and 4 * tile.block_m < min(cover_m, 256))
-
-
-def splits(tiles: int, k: int, block_k: int, sm_count: int) -> list[int]:
-    """1, and the most slices (of at least 4 k-tiles, at most 16) that keep the CTAs within one and within two
-    rounds of the SMs."""
-    most = min(ceil_div(k, block_k) // heuristic_sm80.MIN_K_TILES_PER_SLICE, heuristic_sm80.MAX_SPLIT)
-    found = {1}
-    for rounds in (1, 2):
-        fit = min(most, rounds * sm_count // tiles)
-        if fit > 1:
-            found.add(fit)
-    return sorted(found)
+def tile_name(cfg: GemmConfig) -> str:
+    knobs = cfg.extra
+    return (f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} {knobs['WARPS_M']}x{knobs['WARPS_N']} "
+            f"st{cfg.num_stages} s{knobs['SPLIT_K']}")  # fmt: skip
 
 
 def candidates(m: int, n: int, k: int, sm_count: int, smem: int) -> dict[str, GemmConfig]:
-    """Every suiting tile at each of its splits, named "<tile> s<split>"."""
-    found = {}
-    for name, tile in TILES.items():
-        if not suits(tile, m, n):
-            continue
-        stages = heuristic_sm80.stages_for(tile, tile.block_n, smem)
-        for split in splits(output_tiles(m, n, tile.block_m, tile.block_n), k, tile.block_k, sm_count):
-            extra = {"WARPS_M": tile.warps_m, "WARPS_N": tile.warps_n, "GROUP_M": heuristic_sm80.GROUP_M,
-                     "SPLIT_K": split}  # fmt: skip
-            found[f"{name} s{split}"] = GemmConfig(tile.block_m, tile.block_n, tile.block_k, stages, extra=extra)
-    return found
+    """The heuristic's candidates, then EXTRA_TILES that suit M at the same splits, by name."""
+    found = [cfg for _, cfg in heuristic_sm80.candidates(m, n, k, sm_count, smem)]
+    for tile in EXTRA_TILES:
+        if heuristic_sm80.suits(tile, m) and heuristic_sm80.narrow_block_n(tile, n) == tile.block_n:
+            tiles = output_tiles(m, n, tile.block_m, tile.block_n)
+            for split in heuristic_sm80.splits(tiles, k, tile.block_k, sm_count):
+                found.append(heuristic_sm80.config_of(tile, tile.block_n, split, smem))
+    return {tile_name(cfg): cfg for cfg in found}
 
 
 def shape_rows(m: int, n: int, k: int, dtype_name: str, sm_count: int, smem: int) -> list[dict[str, Any]]:
@@ -100,6 +79,31 @@ def shape_rows(m: int, n: int, k: int, dtype_name: str, sm_count: int, smem: int
         if "ms" in row:
             row["x_cublas"] = cublas["ms"] / row["ms"]
     return rows
+
+
+def same_config(row: dict[str, Any], cfg: GemmConfig) -> bool:
+    return row.get("config") == cfg.defines()
+
+
+def regret(rows: list[dict[str, Any]], sm_count: int, smem: int) -> list[dict[str, Any]]:
+    """Per recorded shape: the heuristic's pick now (`choose`), its recorded time over the fastest candidate
+    recorded (None where the record never timed the pick)."""
+    found = []
+    for (m, n, k), shape in group_by_shape(rows).items():
+        timed = [row for row in shape if row.get("passed") and row["stage"] not in ("cublas", "heuristic")]
+        pick = heuristic_sm80.choose(m, n, k, sm_count, smem)
+        picked = next((row for row in timed if same_config(row, pick)), None)
+        best = min(timed, key=lambda row: row["ms"])
+        found.append({"m": m, "n": n, "k": k, "pick": tile_name(pick), "best": best["stage"],
+                      "regret": picked["ms"] / best["ms"] - 1 if picked else None})  # fmt: skip
+    return found
+
+
+def group_by_shape(rows: list[dict[str, Any]]) -> dict[tuple[int, int, int], list[dict[str, Any]]]:
+    shapes: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        shapes.setdefault((row["m"], row["n"], row["k"]), []).append(row)
+    return shapes
 
 
 def summary_line(rows: list[dict[str, Any]]) -> str:
@@ -124,13 +128,34 @@ def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in shape.split("x")) for shape in text.split(",")]  # type: ignore[misc]
 
 
+RECORD = RESULTS_DIR / "sm80_space.json"
+RECORD_GPU = (132, 232448)  # the H200 it was measured on: SMs, shared memory per block
+
+
+def print_regret() -> int:
+    """Each recorded shape's pick and regret, then the mean and the worst."""
+    found = regret(json.loads(RECORD.read_text())["rows"], *RECORD_GPU)
+    for row in found:
+        shown = "not timed" if row["regret"] is None else f"{100 * row['regret']:5.1f}%"
+        print(f"{row['m']:5d} x {row['n']:5d} x {row['k']:5d}  {row['pick']:<28} {shown}  best {row['best']}")
+    timed = [row["regret"] for row in found if row["regret"] is not None]
+    print(
+        f"regret over {len(timed)} shapes: mean {100 * sum(timed) / len(timed):.1f}%, worst {100 * max(timed):.1f}%, "
+        f"{sum(r > 0.1 for r in timed)} over 10%; picks never timed: {len(found) - len(timed)}"
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--shapes", default=None, help="MxNxK,... (default: default_shapes())")
     parser.add_argument("--budget-s", type=float, default=400.0)
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--regret", action="store_true", help="the heuristic's picks against the record (no GPU)")
     args = parser.parse_args()
+    if args.regret:
+        return print_regret()
     limits = device_limits(0)
     start, rows, left_out = time.monotonic(), [], []
     for m, n, k in parse_shapes(args.shapes):
