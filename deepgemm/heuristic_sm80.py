@@ -4,8 +4,8 @@ at one, a few or many slices of K, the one a small cost model says finishes firs
 This is the kernel for GPUs without wgmma (Ampere, Ada, consumer Blackwell). No such GPU has measured it; an
 H200 has, running it as sm_80 code: `python -m lab.sm80_space` timed 15 tiles at up to three splits each at the
 shape table's 76 layer shapes (`lab/results/h200/sm80_space.json`), and the model below is read from that
-record. Over it, the model's first choice is a mean 3.7% slower than the fastest candidate timed (the rules it
-replaced: 15%, worst 75%).
+record. Over it, the model's first choice is a mean 1.7% slower than the fastest candidate timed, 15% at worst
+(the rules by M it replaced: 15% and 75%).
 
 - **The tiles** (`TILES`): BLOCK_K 64, which beat BLOCK_K 32 at every tile in the record (half the barriers
   and half the waits per K); 16 and 32 rows for a decode step's few tokens (a 128-row tile multiplies 127 rows
@@ -13,9 +13,9 @@ replaced: 15%, worst 75%).
   wider than the power of two that covers N (`narrow_block_n`).
 - **The splits of K**: none, and the most slices that keep the blocks within one and within two rounds of
   the SMs, each slice at least `MIN_K_TILES_PER_SLICE` k-tiles long, at most `MAX_SPLIT`.
-- **The cost** (`estimate_us`): the busiest SM runs its blocks' multiply-adds at the tile's own rate, which
-  it reaches only when it holds as many blocks as fit (`resident`; fewer run at (held / fit) ** 0.4 of it),
-  plus split-K's partials (written, then read back) and each slice's fixed cost.
+- **The cost** (`estimate_us`): the busiest SM runs its blocks in rounds of as many as it holds (`resident`),
+  a full round at the tile's own rate, a last round of fewer at (held / fit) ** 0.4 of it; plus split-K's
+  partials (written, then read back) and each slice's fixed cost.
 - **The pipeline**: the tile's own depth, or as many stages as fit the GPU's shared memory per block (99 KB
   on Ada and consumer Blackwell, 163 KB on A100).
 """
@@ -130,15 +130,18 @@ def splits(tiles: int, k: int, block_k: int, sm_count: int) -> list[int]:
 
 
 def estimate_us(m: int, n: int, k: int, cfg: GemmConfig, tile: Tile, sm_count: int, smem_per_block: int) -> float:
-    """The model's time of one configuration (module docstring): the busiest SM's multiply-adds at the rate its
-    blocks reach, plus split-K's partials."""
+    """The model's time of one configuration (module docstring): the busiest SM's blocks in rounds of as many as
+    it holds, each full round at the tile's rate, a last partial one of j blocks at (j / fit) ** 0.4 of it;
+    plus split-K's partials and slices."""
     block_n, split = cfg.block_n or tile.block_n, cfg.extra["SPLIT_K"]
     fit = resident(tile, block_n, cfg.num_stages or tile.max_stages, smem_per_block)
     blocks = ceil_div(output_tiles(m, n, tile.block_m, block_n) * split, sm_count)  # on the busiest SM
-    rate = tile.tflops_per_sm * 1e6 * (min(blocks, fit) / fit) ** LONE_BLOCKS_EXPONENT  # flop per µs
-    work = 2 * tile.block_m * block_n * ceil_div(ceil_div(k, tile.block_k), split) * tile.block_k
+    full_rounds, rest = divmod(blocks, fit)
+    work = 2 * tile.block_m * block_n * ceil_div(ceil_div(k, tile.block_k), split) * tile.block_k  # a block's
+    rate = tile.tflops_per_sm * 1e6  # flop per µs
+    last = rest * work / (rate * (rest / fit) ** LONE_BLOCKS_EXPONENT) if rest else 0.0
     partials = SPLIT_US_PER_MB * m * n * 4 * split / 1e6 + SLICE_US * split if split > 1 else 0.0
-    return blocks * work / rate + partials
+    return full_rounds * fit * work / rate + last + partials
 
 
 def config_of(tile: Tile, block_n: int, split: int, smem_per_block: int) -> GemmConfig:

@@ -26,14 +26,14 @@ def test_every_candidate_is_a_config_the_kernel_takes_once_each(shape):
 
 
 def test_the_record_timed_every_pick_and_the_picks_are_within_its_stated_regret():
-    """Each shape's pick now was timed in the record, and over the record the picks are a mean 2.2% and at
-    worst 21% slower than the fastest candidate (the rules before the model: 15% and 75%)."""
+    """Each shape's pick now was timed in the record, and over the record the picks are a mean 1.7% and at
+    worst 15% slower than the fastest candidate (the rules before the model: 15% and 75%)."""
     found = sm80_space.regret(RECORD_ROWS, *sm80_space.RECORD_GPU)
     assert len(found) == 76
     regrets = [row["regret"] for row in found]
     assert None not in regrets
-    assert statistics.mean(regrets) < 0.025
-    assert max(regrets) < 0.22
+    assert statistics.mean(regrets) < 0.02
+    assert max(regrets) < 0.15
 
 
 def test_every_recorded_candidate_passed_against_the_float64_reference():
