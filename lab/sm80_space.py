@@ -4,7 +4,8 @@ and the other tiles of `EXTRA_TILES`, each verified against the float64 referenc
 rotating input sets (`bench.measure`), beside cuBLAS (through CuPy, so host-bound below about 25 µs) and the
 heuristic's own pick in the same run. The record `deepgemm.heuristic_sm80`'s cost model is fitted to.
 
-    python -m lab.sm80_space [--dtype fp16] [--shapes 256x4096x4096,...] [--budget-s 400] [--record]
+    python -m lab.sm80_space [--dtype fp16] [--shapes 256x4096x4096,...] [--more] [--budget-s 400]
+                             [--name sm80_space] [--record]
         --record writes lab/results/h200/sm80_space.json; shapes default to `default_shapes`.
     python -m lab.sm80_space --regret
         the heuristic's pick now at each recorded shape against the fastest recorded there (no GPU)
@@ -46,16 +47,28 @@ EXTRA_TILES = (
 )
 
 
+# With --more: BLOCK_K 64 tiles of 8 warps and of 64 x 256 and 256 x 128, for the mid-M shapes where the
+# heuristic's 4-warp tiles leave the SMs' tensor cores short of warps.
+MORE_TILES = (
+    Tile(64, 128, 64, 2, 4, 4, 0.0),  # 8 warps of 32 x 32
+    Tile(128, 128, 64, 2, 4, 3, 0.0),  # 8 warps of 64 x 32
+    Tile(128, 64, 64, 2, 2, 4, 0.0),  # 4 warps of 64 x 32
+    Tile(64, 256, 64, 1, 4, 3, 0.0),  # 4 warps of 64 x 64
+    Tile(64, 256, 64, 2, 4, 3, 0.0),  # 8 warps of 32 x 64
+    Tile(256, 128, 64, 4, 2, 3, 0.0),  # 8 warps of 64 x 64
+)
+
+
 def tile_name(cfg: GemmConfig) -> str:
     knobs = cfg.extra
     return (f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} {knobs['WARPS_M']}x{knobs['WARPS_N']} "
             f"st{cfg.num_stages} s{knobs['SPLIT_K']}")  # fmt: skip
 
 
-def candidates(m: int, n: int, k: int, sm_count: int, smem: int) -> dict[str, GemmConfig]:
-    """The heuristic's candidates, then EXTRA_TILES that suit M at the same splits, by name."""
+def candidates(m: int, n: int, k: int, sm_count: int, smem: int, more: bool = False) -> dict[str, GemmConfig]:
+    """The heuristic's candidates, then EXTRA_TILES (and MORE_TILES) that suit M at the same splits, by name."""
     found = [cfg for _, cfg in heuristic_sm80.candidates(m, n, k, sm_count, smem)]
-    for tile in EXTRA_TILES:
+    for tile in (*EXTRA_TILES, *(MORE_TILES if more else ())):
         if heuristic_sm80.suits(tile, m) and heuristic_sm80.narrow_block_n(tile, n) == tile.block_n:
             tiles = output_tiles(m, n, tile.block_m, tile.block_n)
             for split in heuristic_sm80.splits(tiles, k, tile.block_k, sm_count):
@@ -63,13 +76,15 @@ def candidates(m: int, n: int, k: int, sm_count: int, smem: int) -> dict[str, Ge
     return {tile_name(cfg): cfg for cfg in found}
 
 
-def shape_rows(m: int, n: int, k: int, dtype_name: str, sm_count: int, smem: int) -> list[dict[str, Any]]:
+def shape_rows(
+    m: int, n: int, k: int, dtype_name: str, sm_count: int, smem: int, more: bool = False
+) -> list[dict[str, Any]]:
     """cuBLAS, the heuristic's pick, then every candidate at one shape; each row with its ratio to cuBLAS."""
     work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
     cublas = measure("cublas", work, cublas_launches(work), settle_s=0.0, **TIMING)
     chosen = heuristic_sm80.choose(m, n, k, sm_count, smem)
     rows = [cublas]
-    for name, cfg in {"heuristic": chosen, **candidates(m, n, k, sm_count, smem)}.items():
+    for name, cfg in {"heuristic": chosen, **candidates(m, n, k, sm_count, smem, more)}.items():
         try:
             launches = [library_sm80.plan(a, b, config=cfg) for a, b in work.problems]
             rows.append({**measure(name, work, launches, settle_s=0.0, **TIMING), "config": cfg.defines()})
@@ -151,6 +166,8 @@ def main() -> int:
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--shapes", default=None, help="MxNxK,... (default: default_shapes())")
     parser.add_argument("--budget-s", type=float, default=400.0)
+    parser.add_argument("--more", action="store_true", help="MORE_TILES too")
+    parser.add_argument("--name", default="sm80_space", help="the record's name")
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--regret", action="store_true", help="the heuristic's picks against the record (no GPU)")
     args = parser.parse_args()
@@ -162,13 +179,13 @@ def main() -> int:
         if time.monotonic() - start > args.budget_s:
             left_out.append(f"{m}x{n}x{k}")
             continue
-        found = shape_rows(m, n, k, args.dtype, limits.sm_count, limits.smem_per_block_optin)
+        found = shape_rows(m, n, k, args.dtype, limits.sm_count, limits.smem_per_block_optin, args.more)
         print(summary_line(found), flush=True)
         rows += found
     if left_out:
         print(f"left out past the budget: {', '.join(left_out)}")
     if args.record:
-        record("sm80_space", "lab.sm80_space", None, rows, extra={"left_out": left_out})
+        record(args.name, "lab.sm80_space", None, rows, extra={"left_out": left_out})
     return 0 if all(row.get("passed", True) for row in rows) else 1
 
 
