@@ -27,7 +27,6 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "train_gemms": "python -m lab.train_gemms --record",
     "sm80_variants": "python -m lab.sm80_variants --record",
     "sm80_space": "python -m lab.sm80_space --record",
-    "sm80_space_mid": "python -m lab.sm80_space --more --name sm80_space_mid --record (--shapes: the record's own)",
     "v5_gpc": "python -m deepgemm bench --suite v5_gpc --record at commit ba931e2, while v5 took a GPC slot "
     f"table (GPC_SLOTS); {GONE} (lab/README.md)",
     "v5_hiding": "python -m lab.v5_hiding --record at commit c44a640 (git show c44a640:lab/v5_hiding.py), whose "
