@@ -4,8 +4,7 @@ and the other tiles of `EXTRA_TILES`, each verified against the float64 referenc
 rotating input sets (`bench.measure`), beside cuBLAS (through CuPy, so host-bound below about 25 µs) and the
 heuristic's own pick in the same run. The record `deepgemm.heuristic_sm80`'s cost model is fitted to.
 
-    python -m lab.sm80_space [--dtype fp16] [--shapes 256x4096x4096,...] [--more] [--budget-s 400]
-                             [--name sm80_space] [--record]
+    python -m lab.sm80_space [--dtype fp16] [--shapes 256x4096x4096,...] [--budget-s 400] [--record]
         --record writes lab/results/h200/sm80_space.json; shapes default to `default_shapes`.
     python -m lab.sm80_space --regret
         the heuristic's pick now at each recorded shape against the fastest recorded there (no GPU)
@@ -31,6 +30,7 @@ from lab import RESULTS_DIR, record
 from tutorial import library_sm80
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload, cublas_launches, measure
+from tutorial.runner import parse_shape
 from tutorial.shape_suite import LAYER_MS, MODEL_LAYERS, OTHERS
 
 TIMING = {"batch_ms": 15.0, "batches": 5, "warmup_ms": 20.0}  # ranking, not the record's timing
@@ -47,28 +47,16 @@ EXTRA_TILES = (
 )
 
 
-# With --more: BLOCK_K 64 tiles of 8 warps and of 64 x 256 and 256 x 128, for the mid-M shapes where the
-# heuristic's 4-warp tiles leave the SMs' tensor cores short of warps.
-MORE_TILES = (
-    Tile(64, 128, 64, 2, 4, 4, 0.0),  # 8 warps of 32 x 32
-    Tile(128, 128, 64, 2, 4, 3, 0.0),  # 8 warps of 64 x 32
-    Tile(128, 64, 64, 2, 2, 4, 0.0),  # 4 warps of 64 x 32
-    Tile(64, 256, 64, 1, 4, 3, 0.0),  # 4 warps of 64 x 64
-    Tile(64, 256, 64, 2, 4, 3, 0.0),  # 8 warps of 32 x 64
-    Tile(256, 128, 64, 4, 2, 3, 0.0),  # 8 warps of 64 x 64
-)
-
-
 def tile_name(cfg: GemmConfig) -> str:
     knobs = cfg.extra
     return (f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} {knobs['WARPS_M']}x{knobs['WARPS_N']} "
             f"st{cfg.num_stages} s{knobs['SPLIT_K']}")  # fmt: skip
 
 
-def candidates(m: int, n: int, k: int, sm_count: int, smem: int, more: bool = False) -> dict[str, GemmConfig]:
-    """The heuristic's candidates, then EXTRA_TILES (and MORE_TILES) that suit M at the same splits, by name."""
+def candidates(m: int, n: int, k: int, sm_count: int, smem: int) -> dict[str, GemmConfig]:
+    """The heuristic's candidates, then EXTRA_TILES that suit M at the same splits, by name."""
     found = [cfg for _, cfg in heuristic_sm80.candidates(m, n, k, sm_count, smem)]
-    for tile in (*EXTRA_TILES, *(MORE_TILES if more else ())):
+    for tile in EXTRA_TILES:
         if heuristic_sm80.suits(tile, m) and heuristic_sm80.narrow_block_n(tile, n) == tile.block_n:
             tiles = output_tiles(m, n, tile.block_m, tile.block_n)
             for split in heuristic_sm80.splits(tiles, k, tile.block_k, sm_count):
@@ -76,15 +64,13 @@ def candidates(m: int, n: int, k: int, sm_count: int, smem: int, more: bool = Fa
     return {tile_name(cfg): cfg for cfg in found}
 
 
-def shape_rows(
-    m: int, n: int, k: int, dtype_name: str, sm_count: int, smem: int, more: bool = False
-) -> list[dict[str, Any]]:
+def shape_rows(m: int, n: int, k: int, dtype_name: str, sm_count: int, smem: int) -> list[dict[str, Any]]:
     """cuBLAS, the heuristic's pick, then every candidate at one shape; each row with its ratio to cuBLAS."""
     work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
     cublas = measure("cublas", work, cublas_launches(work), settle_s=0.0, **TIMING)
     chosen = heuristic_sm80.choose(m, n, k, sm_count, smem)
     rows = [cublas]
-    for name, cfg in {"heuristic": chosen, **candidates(m, n, k, sm_count, smem, more)}.items():
+    for name, cfg in {"heuristic": chosen, **candidates(m, n, k, sm_count, smem)}.items():
         try:
             launches = [library_sm80.plan(a, b, config=cfg) for a, b in work.problems]
             rows.append({**measure(name, work, launches, settle_s=0.0, **TIMING), "config": cfg.defines()})
@@ -96,10 +82,6 @@ def shape_rows(
     return rows
 
 
-def same_config(row: dict[str, Any], cfg: GemmConfig) -> bool:
-    return row.get("config") == cfg.defines()
-
-
 def regret(rows: list[dict[str, Any]], sm_count: int, smem: int) -> list[dict[str, Any]]:
     """Per recorded shape: the heuristic's pick now (`choose`), its recorded time over the fastest candidate
     recorded (None where the record never timed the pick)."""
@@ -107,7 +89,7 @@ def regret(rows: list[dict[str, Any]], sm_count: int, smem: int) -> list[dict[st
     for (m, n, k), shape in group_by_shape(rows).items():
         timed = [row for row in shape if row.get("passed") and row["stage"] not in ("cublas", "heuristic")]
         pick = heuristic_sm80.choose(m, n, k, sm_count, smem)
-        picked = next((row for row in timed if same_config(row, pick)), None)
+        picked = next((row for row in timed if row.get("config") == pick.defines()), None)
         best = min(timed, key=lambda row: row["ms"])
         found.append({"m": m, "n": n, "k": k, "pick": tile_name(pick), "best": best["stage"],
                       "regret": picked["ms"] / best["ms"] - 1 if picked else None})  # fmt: skip
@@ -138,9 +120,7 @@ def default_shapes() -> list[tuple[int, int, int]]:
 
 
 def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
-    if not text:
-        return default_shapes()
-    return [tuple(int(x) for x in shape.split("x")) for shape in text.split(",")]  # type: ignore[misc]
+    return [parse_shape(shape) for shape in text.split(",")] if text else default_shapes()
 
 
 RECORD = RESULTS_DIR / "sm80_space.json"
@@ -166,8 +146,6 @@ def main() -> int:
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--shapes", default=None, help="MxNxK,... (default: default_shapes())")
     parser.add_argument("--budget-s", type=float, default=400.0)
-    parser.add_argument("--more", action="store_true", help="MORE_TILES too")
-    parser.add_argument("--name", default="sm80_space", help="the record's name")
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--regret", action="store_true", help="the heuristic's picks against the record (no GPU)")
     args = parser.parse_args()
@@ -179,13 +157,13 @@ def main() -> int:
         if time.monotonic() - start > args.budget_s:
             left_out.append(f"{m}x{n}x{k}")
             continue
-        found = shape_rows(m, n, k, args.dtype, limits.sm_count, limits.smem_per_block_optin, args.more)
+        found = shape_rows(m, n, k, args.dtype, limits.sm_count, limits.smem_per_block_optin)
         print(summary_line(found), flush=True)
         rows += found
     if left_out:
         print(f"left out past the budget: {', '.join(left_out)}")
     if args.record:
-        record(args.name, "lab.sm80_space", None, rows, extra={"left_out": left_out})
+        record("sm80_space", "lab.sm80_space", None, rows, extra={"left_out": left_out})
     return 0 if all(row.get("passed", True) for row in rows) else 1
 
 
