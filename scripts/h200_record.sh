@@ -31,7 +31,7 @@
 #                                   (train.json), then its GPU tests (opcheck, gradients, compile, graphs;
 #                                   gpu_torch.txt)
 #   scripts/h200_record.sh sm80     the sm_80 library kernel on this GPU (DEEPGEMM_FORCE_SM80=1): its GPU tests
-#                                   (gpu_sm80.txt), then the call's GPU tests
+#                                   (gpu_sm80.txt; SHARDS pytest processes at once, 6), then the call's GPU tests
 #   scripts/h200_record.sh sm80-table  the sm_80 library kernel (DEEPGEMM_FORCE_SM80=1) beside v2 and cuBLAS at
 #                                   4096^3 (sm80_vs_v2.txt), then its shape table beside torch.matmul
 #                                   (shapes_sm80.json; DTYPE, default fp16; about 4 minutes)
@@ -82,6 +82,24 @@ tested_file() {
   echo "# python3 -m pytest $* on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT${DEEPGEMM_FORCE_SM80:+, DEEPGEMM_FORCE_SM80=1}" > "$file"
   timeout "$seconds" python3 -m pytest "$@" -q -rfE -p no:cacheprovider --durations=8 2>&1 | tail -40 | tee -a "$file"
+}
+
+# The same, its tests dealt round-robin to SHARDS pytest processes at once (the sm_80 kernel's tests spend most
+# of their time compiling, one core each): sharded_file FILE SECONDS SHARDS PATHS...
+sharded_file() {
+  local file=$1 seconds=$2 shards=$3; shift 3
+  local dir ids i
+  dir=$(mktemp -d)
+  python3 -m pytest "$@" --collect-only -q -p no:cacheprovider 2>/dev/null | grep '::' > "$dir/ids"
+  echo "# python3 -m pytest $* on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT${DEEPGEMM_FORCE_SM80:+, DEEPGEMM_FORCE_SM80=1}," \
+    "$(wc -l < "$dir/ids") tests in $shards shards run at once" > "$file"
+  for ((i = 0; i < shards; i++)); do
+    mapfile -t ids < <(awk -v n="$shards" -v i="$i" '(NR - 1) % n == i' "$dir/ids")
+    timeout "$seconds" python3 -m pytest "${ids[@]}" -q -rfE -p no:cacheprovider --durations=3 > "$dir/log$i" 2>&1 &
+  done
+  wait
+  for ((i = 0; i < shards; i++)); do echo "## shard $((i + 1)) of $shards"; tail -12 "$dir/log$i"; done | tee -a "$file"
 }
 
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
@@ -138,7 +156,7 @@ elif [ "$part" = torch ]; then
   timeout 240 python3 -m tutorial.train --record 2>&1 | tail -16
   tested_file results/h200/gpu_torch.txt "${TEST_S:-300}" tests/test_gpu_torch.py
 elif [ "$part" = sm80 ]; then
-  DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt "${TEST_S:-300}" tests/test_gpu_sm80.py
+  DEEPGEMM_FORCE_SM80=1 sharded_file results/h200/gpu_sm80.txt "${TEST_S:-300}" "${SHARDS:-6}" tests/test_gpu_sm80.py
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12
 elif [ "$part" = sm80-table ]; then
   { echo "# DEEPGEMM_FORCE_SM80=1 python -m tutorial bench --suite progression --stages v2,library_sm80 --shapes" \
@@ -156,7 +174,7 @@ elif [ "$part" = forced ]; then  # correctness only, so the runs share the GPU; 
   for cc in 8.0 8.9 12.0; do
     PART=${PARTS:-bench tests nbval} BENCH_S=90 TEST_S=${TEST_S:-270} NBVAL_S=${NBVAL_S:-200} bash scripts/forced_cc.sh "$cc" > "$out/forced_$cc.log" 2>&1 &
   done
-  DEEPGEMM_FORCE_SM80=1 tested_file results/h200/gpu_sm80.txt 500 tests/test_gpu_sm80.py > /dev/null &
+  DEEPGEMM_FORCE_SM80=1 sharded_file results/h200/gpu_sm80.txt 400 "${SHARDS:-4}" tests/test_gpu_sm80.py > /dev/null &
   tested_file results/h200/gpu_torch.txt 500 tests/test_gpu_torch.py > /dev/null &
   wait
   for f in results/h200/forced_cc_*.txt; do echo "== $f"; grep -E '^## |passed|failed|error' "$f" | tail -12; done
