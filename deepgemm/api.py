@@ -114,7 +114,14 @@ def launch(
         if len(_PLANS) >= PLAN_CACHE_SIZE:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = found
+        if ON_PLAN is not None:
+            ON_PLAN(found, a, b, bias, out, activation, out_dtype, config)
     return found(a, b, bias, alpha, out)
+
+
+# Called with each plan just built and its call's arguments (deepgemm.torch_ops sets it: C++ takes the plans it
+# can run, `deepgemm.fast`).
+ON_PLAN: Callable[..., None] | None = None
 
 
 _PLANS: dict[tuple, plan.Plan] = {}

@@ -259,6 +259,8 @@ class RawLaunch:
             end += -end % align
             offsets.append(end)
             end += len(value)
+        self.size = end  # the parameters' bytes, from the first
+        self.slots: dict[str, tuple[int, str]] = {}  # what `setters` made writers for: name -> (position, kind)
         self._storage = (ctypes.c_uint8 * (end + MAP_ALIGN))()  # kept alive: the driver reads from it
         base = ctypes.addressof(self._storage)
         base += -base % MAP_ALIGN
@@ -285,6 +287,7 @@ class RawLaunch:
     def setters(self, slots: dict[str, tuple[int, str]]) -> list[tuple[str, Callable[[Any], None]]]:
         """For each named slot (position, kind "map" / "ptr" / "f32"), a function that writes a call's value."""
         found = []
+        self.slots = dict(slots)
         for name, (slot, kind) in slots.items():
             if kind == "map":
                 found.append((name, partial(self.repoint_map, slot)))

@@ -15,6 +15,7 @@ writes the pointers into the parameter buffer and launches on the caller's curre
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -498,4 +499,11 @@ def split_k_scratch_pointers(device: int, stream: int, need: tuple[int, int], me
                 memory.free(held.partials, stream)
                 memory.free(held.counters, stream)
             held = _SCRATCH[key] = Scratch(partials, words[0], counters, words[1])
+            if ON_SCRATCH is not None:  # in the lock: the C++ call path never sees a freed pair
+                ON_SCRATCH(device, stream, held)
     return held.partials, held.counters
+
+
+# Told of each stream's scratch as it is made or regrown (deepgemm.fast: the C++ call path launches split-K
+# plans with the same pair).
+ON_SCRATCH: Callable[[int, int, Scratch], None] | None = None

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from deepgemm import api
+from deepgemm import api, fast
 from deepgemm.api import launch
 from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.dtypes import dtype_name, output_dtype
@@ -85,6 +85,10 @@ def gemm(
     compiling = torch.compiler.is_compiling()
     plain = type(a) in PLAIN and type(b) in PLAIN and (bias is None or type(bias) in PLAIN)
     if not compiling and plain and (out is None or type(out) in PLAIN):
+        if FAST[0] is not None and out is None and config is None:
+            found = call_fast(a, b, bias, alpha, activation, out_dtype, record=True)
+            if found is not None:  # the plan ran from C++ (deepgemm.fast), recorded for autograd where needed
+                return found
         if not needs_grad(a, b, bias, out):
             return launch(a, b, bias, alpha, activation, out_dtype, out, config)  # the plain call: no dispatcher
         return recorded(a, b, bias, alpha, activation, out_dtype, out, config, traced=False)
@@ -93,6 +97,25 @@ def gemm(
             raise TypeError("gradients flow through torch tensors only: pass b, bias and out as torch tensors")
         return launch(a, b, bias, alpha, activation, out_dtype, out, config)  # other arrays: converted, or named
     return recorded(a, b, bias, alpha, activation, out_dtype, out, config, traced=True)
+
+
+FAST: list[Any] = [None]  # deepgemm.fast's extension, once it holds a plan (`on_plan`)
+
+
+def call_fast(a: torch.Tensor, b: Any, bias: Any, alpha: Any, activation: Any, out_dtype: Any, *, record: bool) -> Any:
+    """The call from C++ where its plan is registered there (deepgemm.fast), else None: the Python path."""
+    act = fast.ACT_CODES.get(activation) if activation is None or type(activation) is str else None
+    out_code = fast.OUT_CODES.get(out_dtype) if out_dtype is None or type(out_dtype) is torch.dtype else None
+    if act is None or out_code is None or type(alpha) not in (float, int):
+        return None
+    return FAST[0].call(a, b, bias, alpha, act, out_code, record)
+
+
+def on_plan(plan: Any, a: Any, b: Any, bias: Any, out: Any, activation: Any, out_dtype: Any, config: Any) -> None:
+    """api.ON_PLAN: a torch call's plan, just built, handed to C++ where it can run it (deepgemm.fast)."""
+    ours = out is None and config is None and plan.framework.name == "torch" and fast.enabled()
+    if ours and fast.register(plan, a, b, bias, activation, out_dtype):
+        FAST[0] = fast.loaded()
 
 
 def needs_grad(a: torch.Tensor, b: torch.Tensor, bias: Any, out: Any) -> bool:
@@ -168,6 +191,10 @@ def _gemm_kernel(
     out_dtype: torch.dtype | None = None,
     config: str | None = None,
 ) -> torch.Tensor:
+    if FAST[0] is not None and config is None:
+        found = call_fast(a, b, bias, alpha, activation, out_dtype, record=False)
+        if found is not None:
+            return found
     return launch(a, b, bias, alpha, activation, out_dtype, None, parse_config(config))
 
 
@@ -357,4 +384,5 @@ def _gemm_out_autograd(
 
 LIB.impl("gemm_out", _gemm_out_autograd, "Autograd", with_keyset=True)
 
+api.ON_PLAN = on_plan
 api.TORCH_TENSOR, api.TORCH_GEMM = torch.Tensor, gemm  # deepgemm.gemm routes torch tensors here from now on

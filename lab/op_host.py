@@ -8,8 +8,10 @@ The ways: the planned launch alone (`deepgemm.api.launch`, the call before the o
 `torch.ops.deepgemm.gemm.default` through the dispatcher (`torch.library.Library.define`/`impl`, with the
 autograd kernel `register_autograd` adds); the same kernel registered with `torch.library.custom_op` (the
 registration deepgemm does not use); each of the last three with an input that requires grad; and
-`deepgemm.linear`, `torch.matmul` and `F.linear` at the same shape, for scale. Each way is timed by
-`tutorial.timing.host_us_per_call` once per round, the rounds rotating the order; the row keeps the least.
+`deepgemm.linear`, `torch.matmul` and `F.linear` at the same shape, for scale; a layer's forward and backward
+(deepgemm.linear against F.linear, everything requiring grad). Each way is timed with the C++ call path
+(`deepgemm.fast`) and without it (every call through Python), by `tutorial.timing.host_us_per_call` once per
+round, the rounds rotating the order; the row keeps the least.
 """
 
 from __future__ import annotations
@@ -58,22 +60,46 @@ def ways(m: int, n: int, k: int) -> dict[str, Callable[[], Any]]:
         "deepgemm.linear": lambda: deepgemm.linear(a, w),
         "torch.matmul": lambda: torch.matmul(a, b),
         "F.linear": lambda: torch.nn.functional.linear(a, w),
+        **training_ways(m, n, k),
+    }
+
+
+def training_ways(m: int, n: int, k: int) -> dict[str, Callable[[], Any]]:
+    """A layer's forward and backward as a training step makes it: x, W and bias require grad."""
+    x = torch.rand(m, k, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = torch.rand(n, k, device="cuda", dtype=torch.float16, requires_grad=True)
+    bias = torch.rand(n, device="cuda", dtype=torch.float16, requires_grad=True)
+    dy = torch.rand(m, n, device="cuda", dtype=torch.float16)
+    return {
+        "deepgemm.linear forward + backward": lambda: deepgemm.linear(x, w, bias).backward(dy),
+        "F.linear forward + backward": lambda: torch.nn.functional.linear(x, w, bias).backward(dy),
     }
 
 
 def measure(rounds: int) -> list[dict[str, Any]]:
+    """Every way, with the C++ call path (deepgemm.fast) holding the plans and with it switched off (every
+    call through Python), the two alternating by round."""
     m, n, k = SHAPE
     calls = ways(m, n, k)
-    best = dict.fromkeys(calls, float("inf"))
+    for call in calls.values():  # build every plan, and so hand C++ those it can run
+        call()
+    with_cpp = torch_ops.FAST[0]
+    paths = {"C++": with_cpp, "Python": None} if with_cpp is not None else {"Python": None}
+    best = {(path, name): float("inf") for path in paths for name in calls}
     for r in range(rounds):
         names = list(calls)
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            best[name] = min(best[name], host_us_per_call([calls[name]], calls=CALLS, repeats=REPEATS))
-    base = best["api.launch (the call before the op)"]
-    rows = [{"way": name, "m": m, "n": n, "k": k, "dtype": "fp16", "host_us": us, "over_launch_us": us - base}
-            for name, us in best.items()]  # fmt: skip
-    for row in rows:
-        print(f"{row['way']:<42} {row['host_us']:7.2f} µs  ({row['over_launch_us']:+.2f} over the launch)", flush=True)
+        for path, extension in paths.items():
+            torch_ops.FAST[0] = extension
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                us = host_us_per_call([calls[name]], calls=CALLS, repeats=REPEATS)
+                best[path, name] = min(best[path, name], us)
+    torch_ops.FAST[0] = with_cpp
+    rows = []
+    for (path, name), us in best.items():
+        base = best[path, "api.launch (the call before the op)"]
+        rows.append({"way": name, "path": path, "m": m, "n": n, "k": k, "dtype": "fp16", "host_us": us,
+                     "over_launch_us": us - base})  # fmt: skip
+        print(f"{path:<7} {name:<42} {us:7.2f} µs  ({us - base:+.2f} over the launch)", flush=True)
     return rows
 
 

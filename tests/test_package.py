@@ -32,6 +32,7 @@ def test_the_wheel_holds_the_library_alone(wheel):
     top = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
     assert top == {"deepgemm"}, f"the wheel installs top-level packages {sorted(top)}"
     assert "deepgemm/kernels/gemm_sm90.cu" in names
+    assert "deepgemm/csrc/fast_call.cpp" in names  # built on the caller's machine (deepgemm.fast)
     assert "deepgemm/kernels/tables/h200/autotune.json" in names
     assert not any(name.startswith(("stages/", "tutorial/", "lab/")) or "results/" in name for name in names)
 

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import deepgemm.nn as dnn
+from deepgemm import fast
 from tutorial import results
 from tutorial.runner import gpu_available, log
 
@@ -276,13 +277,21 @@ def time_model(setup: Setup, linear: str, mode: str) -> dict[str, Any]:
     for _ in range(WARMUP_STEPS):
         forward_backward(run, x, target)
         opt.step()
+    before = cpp_calls()
     fwd_bwd = median_ms(lambda: forward_backward(run, x, target))
+    cpp_per_step = (cpp_calls() - before) / (TIMED_WINDOWS * TIMED_STEPS)
     torch.cuda.reset_peak_memory_stats()
     full = median_ms(lambda: (forward_backward(run, x, target), opt.step()))
     fields = {k: v for k, v in asdict(setup).items() if k in ("width", "blocks", "batch", "tokens")}
     return {"model": "transformer", "linear": linear, "mode": mode, "dtype": "bf16", **fields,
             "fwd_bwd_ms": fwd_bwd, "step_ms": full, "peak_mib": torch.cuda.max_memory_allocated() / 2**20,
-            "first_step_s": first_s}  # fmt: skip
+            "first_step_s": first_s, "cpp_calls_per_step": cpp_per_step}  # fmt: skip
+
+
+def cpp_calls() -> int:
+    """Library calls run from C++ so far (deepgemm.fast; 0 where it is not built)."""
+    ext = fast.loaded()
+    return ext.stats()["hits"] if ext is not None else 0
 
 
 def run_timings(setup: Setup, modes: Sequence[str], recomputed: bool = True) -> list[dict[str, Any]]:
@@ -294,7 +303,8 @@ def run_timings(setup: Setup, modes: Sequence[str], recomputed: bool = True) -> 
             row["x_torch"] = here[0]["fwd_bwd_ms"] / row["fwd_bwd_ms"]  # > 1: faster than nn.Linear
             log(
                 f"{mode:>8} {row['linear']:<24} fwd+bwd {row['fwd_bwd_ms']:.3f} ms (x torch {row['x_torch']:.3f}), "
-                f"step {row['step_ms']:.3f} ms, peak {row['peak_mib']:.0f} MiB, first step {row['first_step_s']:.1f} s"
+                f"step {row['step_ms']:.3f} ms, peak {row['peak_mib']:.0f} MiB, first step {row['first_step_s']:.1f} "
+                f"s, {row['cpp_calls_per_step']:.0f} calls a step from C++"
             )
         rows += here
     return rows
