@@ -27,9 +27,9 @@
 #                                   one part; then the shape table's GPU tests. Between two calls, unpack the
 #                                   first call's results_h200.tgz here, so that the second merges into its record.
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
-#   scripts/h200_record.sh torch    the torch operator: its host cost (lab's op_host.json), the training run
-#                                   (train.json), then its GPU tests (opcheck, gradients, compile, graphs;
-#                                   gpu_torch.txt)
+#   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
+#                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
+#                                   (lab's op_host.json), then the training run (train.json)
 #   scripts/h200_record.sh sm80     the sm_80 library kernel on this GPU (DEEPGEMM_FORCE_SM80=1): its GPU tests
 #                                   (gpu_sm80.txt; SHARDS pytest processes at once, 6), then the call's GPU tests
 #   scripts/h200_record.sh sm80-table  the sm_80 library kernel (DEEPGEMM_FORCE_SM80=1) beside v2 and cuBLAS at
@@ -151,10 +151,12 @@ elif [ "$part" = space ]; then
     -k "${TESTS_K:-steps_of or stream_k or narrow_store or swap_ab or split_k or programmatic}" 2>&1 | tail -25
   timeout "${SWEEP_S:-300}" python3 -m lab.library_space --dtype "${DTYPE:-fp16}" ${SHAPES:+--shapes "$SHAPES"} \
     --record 2>&1 | tail -80
-elif [ "$part" = torch ]; then
-  timeout 90 python3 -m lab.op_host --record 2>&1 | tail -16
+elif [ "$part" = torch ]; then  # the C++ call path built first (about a minute), outside every timing
+  python3 -c "from deepgemm import fast; import torch; print('C++ call path:', fast.module())" 2>&1 | tail -3
+  tested_file results/h200/gpu_fast.txt 150 tests/test_gpu_fast.py
+  tested_file results/h200/gpu_torch.txt "${TEST_S:-200}" tests/test_gpu_torch.py
+  timeout 100 python3 -m lab.op_host --rounds 3 --record 2>&1 | tail -26
   timeout 240 python3 -m tutorial.train --record 2>&1 | tail -16
-  tested_file results/h200/gpu_torch.txt "${TEST_S:-300}" tests/test_gpu_torch.py
 elif [ "$part" = sm80 ]; then
   DEEPGEMM_FORCE_SM80=1 sharded_file results/h200/gpu_sm80.txt "${TEST_S:-300}" "${SHARDS:-6}" tests/test_gpu_sm80.py
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12
