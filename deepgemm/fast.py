@@ -13,8 +13,9 @@ autograd node whose backward launches the two gradient GEMMs the same way.
 What stays in Python: a call's first run, the CuPy path, a caller's `config` or `out`, plans that copy an
 operand or C, a split-K launch whose stream has no scratch yet or is capturing a graph, a bias converted to
 float32, gradients through an activation whose
-derivative needs z (gelu, silu), a backward that must itself be differentiable (create_graph), and
-torch.compile's trace (its op, `torch.ops.deepgemm.gemm`, runs here below autograd).
+derivative needs z (gelu, silu), and a backward that must itself be differentiable (create_graph).
+The op `torch.ops.deepgemm.gemm`, which torch.compile's graphs call, gets a CUDA kernel here (registered
+when the extension loads) that runs registered plans and hands every other call to its Python kernel.
 
 Built once per machine by torch.utils.cpp_extension (a C++ compiler and ninja; no CUDA headers), under a
 name that carries the source's digest, in DEEPGEMM_CACHE (default ~/.cache/deepgemm); building takes about a
@@ -97,7 +98,7 @@ def _load() -> Any | None:
         warnings.warn(f"deepgemm: its C++ call path could not be built ({type(err).__name__}: {err}); every "
                       f"call runs through Python instead (about 10 µs more host time each)", stacklevel=3)  # fmt: skip
         return None
-    built.set_python_paths(python_launch, python_backward)
+    built.set_python_paths(python_launch, python_backward, python_op)
     with plan._SCRATCH_LOCK:  # split-K's scratch per stream: what exists now, then each pair as it is made
         for (device, stream), held in plan._SCRATCH.items():
             tell_scratch(built, device, stream, held)
@@ -149,6 +150,15 @@ def python_launch(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tenso
     from deepgemm.api import launch
 
     return launch(a, b, None, alpha, None, None, None, None)
+
+
+def python_op(
+    a: Any, b: Any, bias: Any, alpha: float, activation: str | None, out_code: int, config: str | None
+) -> Any:
+    """torch.ops.deepgemm.gemm's kernel in Python, for a call C++ does not run (torch_ops._gemm_kernel)."""
+    from deepgemm import torch_ops
+
+    return torch_ops._gemm_kernel(a, b, bias, alpha, activation, DTYPES.get(out_code), config)
 
 
 def python_backward(

@@ -86,7 +86,7 @@ def gemm(
     plain = type(a) in PLAIN and type(b) in PLAIN and (bias is None or type(bias) in PLAIN)
     if not compiling and plain and (out is None or type(out) in PLAIN):
         if FAST[0] is not None and out is None and config is None:
-            found = call_fast(a, b, bias, alpha, activation, out_dtype, record=True)
+            found = call_fast(a, b, bias, alpha, activation, out_dtype)
             if found is not None:  # the plan ran from C++ (deepgemm.fast), recorded for autograd where needed
                 return found
         if not needs_grad(a, b, bias, out):
@@ -102,13 +102,13 @@ def gemm(
 FAST: list[Any] = [None]  # deepgemm.fast's extension, once it holds a plan (`on_plan`)
 
 
-def call_fast(a: torch.Tensor, b: Any, bias: Any, alpha: Any, activation: Any, out_dtype: Any, *, record: bool) -> Any:
+def call_fast(a: torch.Tensor, b: Any, bias: Any, alpha: Any, activation: Any, out_dtype: Any) -> Any:
     """The call from C++ where its plan is registered there (deepgemm.fast), else None: the Python path."""
     act = fast.ACT_CODES.get(activation) if activation is None or type(activation) is str else None
     out_code = fast.OUT_CODES.get(out_dtype) if out_dtype is None or type(out_dtype) is torch.dtype else None
     if act is None or out_code is None or type(alpha) not in (float, int):
         return None
-    return FAST[0].call(a, b, bias, alpha, act, out_code, record)
+    return FAST[0].call(a, b, bias, alpha, act, out_code)
 
 
 def on_plan(plan: Any, a: Any, b: Any, bias: Any, out: Any, activation: Any, out_dtype: Any, config: Any) -> None:
@@ -191,10 +191,6 @@ def _gemm_kernel(
     out_dtype: torch.dtype | None = None,
     config: str | None = None,
 ) -> torch.Tensor:
-    if FAST[0] is not None and config is None:
-        found = call_fast(a, b, bias, alpha, activation, out_dtype, record=False)
-        if found is not None:
-            return found
     return launch(a, b, bias, alpha, activation, out_dtype, None, parse_config(config))
 
 
@@ -211,8 +207,10 @@ def _gemm_out_kernel(
     launch(a, b, bias, alpha, activation, out_dtype, out, parse_config(config))
 
 
+# gemm's kernel for every backend; deepgemm.fast registers a C++ one for CUDA, which calls this one where its
+# plan is not held in C++ (a backend's own kernel comes before CompositeExplicitAutograd's).
+LIB.impl("gemm", _gemm_kernel, "CompositeExplicitAutograd")
 for _key in ("CUDA", "CPU"):
-    LIB.impl("gemm", _gemm_kernel, _key)
     LIB.impl("gemm_out", _gemm_out_kernel, _key)
 
 

@@ -211,3 +211,20 @@ def test_cpp_calls_from_two_threads_each_get_their_own_result():
         thread.join()
     for i, got in results[0] + results[1]:
         assert torch.equal(got, torch_ops.launch(inputs[i], w.T, None, 1.0, None, None, None, None))
+
+
+def test_the_op_s_cuda_kernel_runs_registered_plans_from_cpp():
+    """torch.ops.deepgemm.gemm, as torch.compile's graphs call it: C++'s CUDA kernel, bit for bit as the op's
+    Python kernel; a call with a config goes to the Python kernel."""
+    a, w = _rand(128, 256), _rand(192, 256)
+    op = torch.ops.deepgemm.gemm.default
+    want = torch_ops._gemm_kernel(a, w.T, None, 0.5, "gelu", torch.float32)  # builds and registers the plan
+    before = fast.module().stats()
+    got = op(a, w.T, None, 0.5, "gelu", torch.float32)
+    assert fast.module().stats()["hits"] == before["hits"] + 1
+    assert torch.equal(got, want)
+    built = api._PLANS[api.plan_key(framework_of(a), a, w.T, None, None, "gelu", torch.float32, None)]
+    text = torch_ops.config_text(built.config)
+    by_config = op(a, w.T, None, 1.0, None, None, text)
+    assert fast.module().stats()["misses"] == before["misses"] + 1
+    assert torch.equal(by_config, torch_ops._gemm_kernel(a, w.T, None, 1.0, None, None, text))

@@ -270,6 +270,7 @@ at::Tensor run(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
 
 py::object* python_launch = nullptr;    // deepgemm.fast.python_launch(a, b, alpha): the Python path
 py::object* python_backward = nullptr;  // deepgemm.fast.python_backward(...): torch_ops.backward's values
+py::object* python_op = nullptr;        // deepgemm.fast.python_op(...): the op's kernel in Python
 
 // alpha * a @ b without bias or activation, in the inputs' dtype: here where the plan is registered, else
 // through Python (which builds the plan, and registers it for the calls after this one).
@@ -350,15 +351,15 @@ struct Gemm : public torch::autograd::Function<Gemm> {
 
 // --- the functions deepgemm.fast calls ------------------------------------------------------------------
 
-// The call, where its plan is registered: the result, else None. Where `record` and autograd would record
-// the call (grad mode on, an input that requires grad), the result carries a Gemm node; a result that would
-// need a gradient this file does not compute (an activation whose derivative needs z) is None: the Python
-// path records it. `record` is false below autograd (the registered op's kernel).
+// deepgemm.gemm's eager call, where its plan is registered: the result, else None. Where autograd would
+// record the call (grad mode on, an input that requires grad), the result carries a Gemm node; a result that
+// would need a gradient this file does not compute (an activation whose derivative needs z) is None: the
+// Python path records it.
 c10::optional<at::Tensor> call(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias,
-                               double alpha, int64_t act, int64_t out_code, bool record) {
+                               double alpha, int64_t act, int64_t out_code) {
     Key key;
     if (!key_of(a, b, bias, act, out_code, key)) return c10::nullopt;
-    const bool grad = record && torch::autograd::GradMode::is_enabled() &&
+    const bool grad = torch::autograd::GradMode::is_enabled() &&
                       (a.requires_grad() || b.requires_grad() || (bias.has_value() && bias->requires_grad()));
     if (grad && act != ACT_NONE && act != ACT_RELU) return c10::nullopt;
     Launch launch;
@@ -427,9 +428,43 @@ void set_scratch(int64_t device, int64_t stream, int64_t partials, int64_t parti
                                                           counters_words};
 }
 
-void set_python_paths(py::object launch, py::object backward) {
+void set_python_paths(py::object launch, py::object backward, py::object op) {
     python_launch = new py::object(std::move(launch));  // kept for the process: the autograd thread calls them
     python_backward = new py::object(std::move(backward));
+    python_op = new py::object(std::move(op));
+}
+
+// --- torch.ops.deepgemm.gemm's CUDA kernel (what torch.compile's graphs call) --------------------------------
+
+int64_t activation_code(const c10::optional<c10::string_view>& activation) {  // deepgemm.fast.ACT_CODES
+    if (!activation.has_value()) return 0;
+    static const std::pair<c10::string_view, int64_t> codes[] = {
+        {"none", 0}, {"relu", 1}, {"gelu_tanh", 2}, {"gelu_erf", 3}, {"gelu", 3}, {"silu", 4}};
+    for (const auto& [name, code] : codes)
+        if (*activation == name) return code;
+    return -1;
+}
+
+// The op below autograd: from C++ where the call's plan is registered here, else the op's Python kernel
+// (torch_ops._gemm_kernel, which builds the plan, or names what is wrong). Registered for CUDA tensors; the
+// Python kernel serves the rest (CompositeExplicitAutograd), so CUDA's falls back to it.
+at::Tensor gemm_op_cuda(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias,
+                        double alpha, c10::optional<c10::string_view> activation,
+                        c10::optional<at::ScalarType> out_dtype, c10::optional<c10::string_view> config) {
+    const int64_t act = activation_code(activation);
+    const int64_t out_code = out_dtype.has_value() ? static_cast<int64_t>(*out_dtype) : -1;
+    Key key;
+    Launch launch;
+    if (!config.has_value() && act >= 0 && key_of(a, b, bias, act, out_code, key) && prepare(key, a, launch)) {
+        ++hits;
+        return run(launch, a, b, bias, alpha);
+    }
+    ++misses;
+    py::gil_scoped_acquire gil;
+    const auto text = [](const c10::optional<c10::string_view>& x) -> py::object {
+        return x.has_value() ? py::object(py::str(x->data(), x->size())) : py::object(py::none());
+    };
+    return (*python_op)(a, b, bias, alpha, text(activation), out_code, text(config)).cast<at::Tensor>();
 }
 
 py::dict stats() {
@@ -449,6 +484,8 @@ void clear() {
 }
 
 }  // namespace
+
+TORCH_LIBRARY_IMPL(deepgemm, CUDA, m) { m.impl("gemm", TORCH_FN(gemm_op_cuda)); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("call", &call);
