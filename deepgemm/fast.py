@@ -83,6 +83,8 @@ def build_directory(name: str) -> Path:
 
 
 def _load() -> Any | None:
+    from deepgemm import torch_ops  # noqa: F401 - the op's schema, before the extension registers its CUDA kernel
+
     name = extension_name()
     directory = build_directory(name)
     try:
