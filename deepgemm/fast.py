@@ -31,14 +31,15 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from deepgemm import plan
+from deepgemm.api import launch
 from deepgemm.epilogue import ACTIVATIONS, ALIASES
 
 ENV = "DEEPGEMM_FAST"
@@ -83,8 +84,8 @@ def build_directory(name: str) -> Path:
 
 
 def _load() -> Any | None:
-    from deepgemm import torch_ops  # noqa: F401 - the op's schema, before the extension registers its CUDA kernel
-
+    if PYTHON_PATHS is None:  # deepgemm.torch_ops sets them once the op is defined (its C++ kernel needs the op)
+        raise RuntimeError("deepgemm.fast is loaded through deepgemm.torch_ops: import torch, then deepgemm")
     name = extension_name()
     directory = build_directory(name)
     try:
@@ -100,7 +101,7 @@ def _load() -> Any | None:
         warnings.warn(f"deepgemm: its C++ call path could not be built ({type(err).__name__}: {err}); every "
                       f"call runs through Python instead (about 10 µs more host time each)", stacklevel=3)  # fmt: skip
         return None
-    built.set_python_paths(python_launch, python_backward, python_op)
+    built.set_python_paths(*PYTHON_PATHS)
     with plan._SCRATCH_LOCK:  # split-K's scratch per stream: what exists now, then each pair as it is made
         for (device, stream), held in plan._SCRATCH.items():
             tell_scratch(built, device, stream, held)
@@ -144,51 +145,14 @@ def register(found: plan.Plan, a: Any, b: Any, bias: Any, activation: Any, out_d
     )  # fmt: skip
 
 
-# --- what C++ calls back: a product whose plan is not registered yet, and a differentiable backward ---------
+# --- what C++ calls back ------------------------------------------------------------------------------------
+
+# (launch, backward, op): a product whose plan is not registered yet (`python_launch`), a backward that must
+# itself be differentiable (torch_ops.cpp_backward) and the op's Python kernel (torch_ops.cpp_op_kernel); set
+# by deepgemm.torch_ops when it defines the op.
+PYTHON_PATHS: tuple[Callable[..., Any], ...] | None = None
 
 
 def python_launch(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
     """alpha * a @ b through the Python path (which builds the plan and registers it where C++ can run it)."""
-    from deepgemm.api import launch
-
     return launch(a, b, None, alpha, None, None, None, None)
-
-
-def python_op(
-    a: Any, b: Any, bias: Any, alpha: float, activation: str | None, out_code: int, config: str | None
-) -> Any:
-    """torch.ops.deepgemm.gemm's kernel in Python, for a call C++ does not run (torch_ops._gemm_kernel)."""
-    from deepgemm import torch_ops
-
-    return torch_ops._gemm_kernel(a, b, bias, alpha, activation, DTYPES.get(out_code), config)
-
-
-def python_backward(
-    dy: torch.Tensor,
-    a: torch.Tensor | None,
-    b: torch.Tensor | None,
-    y: torch.Tensor | None,
-    alpha: float,
-    act: int,
-    need_a: bool,
-    need_b: bool,
-    need_bias: bool,
-    transposed_a: bool,
-    transposed_b: bool,
-    bias_dtype: int,
-) -> tuple:
-    """da, db and dbias of a C++-recorded call by `torch_ops.backward`, whose products record their own
-    backward (a double backward, create_graph=True)."""
-    from deepgemm import torch_ops
-
-    kernel_dtype = (a if a is not None else b).dtype
-    ctx = SimpleNamespace(
-        saved_tensors=(a, b, None, y),
-        needs_input_grad=(need_a, need_b, need_bias),
-        alpha=alpha,
-        activation="relu" if act == ACTIVATIONS["relu"] else "none",
-        kernel_dtype=kernel_dtype,
-        transposed=(transposed_a, transposed_b),
-        bias_dtype=DTYPES.get(bias_dtype),
-    )
-    return torch_ops.backward(ctx, dy)[:3]

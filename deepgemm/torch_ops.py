@@ -31,6 +31,7 @@ activation and recomputes z in its backward (`tutorial/train.py` times both).
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ from deepgemm import api, fast
 from deepgemm.api import launch
 from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.dtypes import dtype_name, output_dtype
-from deepgemm.epilogue import activation_name
+from deepgemm.epilogue import ACTIVATIONS, activation_name
 
 LIB = torch.library.Library("deepgemm", "DEF")  # the library's namespace: defined once, by this module
 LIB.define(
@@ -382,5 +383,42 @@ def _gemm_out_autograd(
 
 LIB.impl("gemm_out", _gemm_out_autograd, "Autograd", with_keyset=True)
 
+# --- what deepgemm.fast's C++ hands back to Python -----------------------------------------------------------
+
+
+def cpp_backward(
+    dy: torch.Tensor,
+    a: torch.Tensor | None,
+    b: torch.Tensor | None,
+    y: torch.Tensor | None,
+    alpha: float,
+    act: int,
+    need_a: bool,
+    need_b: bool,
+    need_bias: bool,
+    transposed_a: bool,
+    transposed_b: bool,
+    bias_dtype: int,
+) -> tuple:
+    """da, db and dbias of a call C++ recorded, by `backward`, whose products record their own backward: a
+    double backward (create_graph=True) goes through here."""
+    ctx = SimpleNamespace(
+        saved_tensors=(a, b, None, y),
+        needs_input_grad=(need_a, need_b, need_bias),
+        alpha=alpha,
+        activation="relu" if act == ACTIVATIONS["relu"] else "none",
+        kernel_dtype=(a if a is not None else b).dtype,
+        transposed=(transposed_a, transposed_b),
+        bias_dtype=fast.DTYPES.get(bias_dtype),
+    )
+    return backward(ctx, dy)[:3]
+
+
+def cpp_op_kernel(a: Any, b: Any, bias: Any, alpha: float, activation: str | None, out_code: int, config: Any) -> Any:
+    """The op's Python kernel for a call its C++ CUDA kernel does not run (out_dtype as a c10 code, -1: None)."""
+    return _gemm_kernel(a, b, bias, alpha, activation, fast.DTYPES.get(out_code), config)
+
+
+fast.PYTHON_PATHS = (fast.python_launch, cpp_backward, cpp_op_kernel)
 api.ON_PLAN = on_plan
 api.TORCH_TENSOR, api.TORCH_GEMM = torch.Tensor, gemm  # deepgemm.gemm routes torch tensors here from now on

@@ -152,7 +152,7 @@ elif [ "$part" = space ]; then
   timeout "${SWEEP_S:-300}" python3 -m lab.library_space --dtype "${DTYPE:-fp16}" ${SHAPES:+--shapes "$SHAPES"} \
     --record 2>&1 | tail -80
 elif [ "$part" = torch ]; then  # the C++ call path built first (about a minute), outside every timing
-  python3 -c "from deepgemm import fast; import torch; print('C++ call path:', fast.module())" 2>&1 | tail -3
+  python3 -c "import torch; from deepgemm import fast; print('C++ call path:', fast.module())" 2>&1 | tail -3
   tested_file results/h200/gpu_fast.txt 150 tests/test_gpu_fast.py
   tested_file results/h200/gpu_torch.txt "${TEST_S:-200}" tests/test_gpu_torch.py
   timeout 100 python3 -m lab.op_host --rounds 3 --record 2>&1 | tail -26

@@ -142,11 +142,16 @@ def test_the_write_check_sees_every_way_to_write(tmp_path):
     assert _writes(source) == ["write_text(", "mkdir(", "open(..., 'w') at line 4", "open(..., 'a') at line 5"]
 
 
+# What the library writes, by file: only the build directory of its C++ call path, under the user's cache
+# (torch's extension builder writes the build into it, as CuPy writes its kernel cache).
+LIBRARY_WRITES = {"deepgemm/fast.py": ["mkdir("]}
+
+
 def test_the_library_writes_no_files():
     """Records and tables are written by the tutorial (results/, and the package table from a checkout);
-    an installed library only reads its package data."""
+    an installed library only reads its package data, and builds its C++ call path in the user's cache."""
     offenders = {_relative(p): w for p in _sources("deepgemm") if (w := _writes(p))}
-    assert not offenders, f"deepgemm/ writes files: {offenders}"
+    assert offenders == LIBRARY_WRITES, f"deepgemm/ writes files: {offenders}"
 
 
 def _module_file(module: str) -> Path | None:
