@@ -269,8 +269,8 @@ at::Tensor run(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
 // --- what goes back to Python: a first call of a key, and a backward that must itself be differentiable ---
 
 py::object* python_launch = nullptr;    // deepgemm.fast.python_launch(a, b, alpha): the Python path
-py::object* python_backward = nullptr;  // deepgemm.fast.python_backward(...): torch_ops.backward's values
-py::object* python_op = nullptr;        // deepgemm.fast.python_op(...): the op's kernel in Python
+py::object* python_backward = nullptr;  // deepgemm.torch_ops.cpp_backward(...): torch_ops.backward's values
+py::object* python_op = nullptr;        // deepgemm.torch_ops.cpp_op_kernel(...): the op's kernel in Python
 
 // alpha * a @ b without bias or activation, in the inputs' dtype: here where the plan is registered, else
 // through Python (which builds the plan, and registers it for the calls after this one).
