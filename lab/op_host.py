@@ -9,9 +9,10 @@ The ways: the planned launch alone (`deepgemm.api.launch`, the call before the o
 autograd kernel `register_autograd` adds); the same kernel registered with `torch.library.custom_op` (the
 registration deepgemm does not use); each of the last three with an input that requires grad; and
 `deepgemm.linear`, `torch.matmul` and `F.linear` at the same shape, for scale; a layer's forward and backward
-(deepgemm.linear against F.linear, everything requiring grad). Each way is timed with the C++ call path
-(`deepgemm.fast`) and without it (every call through Python), by `tutorial.timing.host_us_per_call` once per
-round, the rounds rotating the order; the row keeps the least.
+(deepgemm.linear against F.linear, everything requiring grad). Each way is timed with deepgemm.gemm's C++
+route (`deepgemm.fast`) and without it (its eager calls through Python), by `tutorial.timing.host_us_per_call`
+once per round, the rounds rotating the order; the row keeps the least. The operator's CUDA kernel is C++'s
+in both passes once the extension is built (the switch is deepgemm.gemm's route, not the dispatcher's).
 """
 
 from __future__ import annotations
