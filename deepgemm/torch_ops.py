@@ -11,12 +11,13 @@ Registration: `torch.library.Library.define` and `impl` with plain functions, th
 take; `torch.library.custom_op` wraps each call in more Python (`lab/op_host.py` times both). The fake
 gives the result's exact metadata: a contiguous (M, N) in out_dtype, else the input dtype, on a's device.
 
-Route: the dispatcher costs microseconds a call (more with an autograd kernel), so a plain eager call with
-nothing that needs a gradient goes straight to the plan (`api.launch`, the cached call as it was). A call
-whose result needs a gradient runs the same launch inside an autograd.Function (`_Gemm`). torch.compile and
-torch.export, and tensor subclasses (FakeTensor, FunctionalTensor), reach the registered op, whose fake and
-registered autograd record the same forward and backward. Either way a result that needs a gradient has a
-`grad_fn`, or the call raises.
+Route: the dispatcher costs microseconds a call (more with an autograd kernel), so a plain eager call goes
+first to C++ (`deepgemm.fast`: the plan's launch, and where a gradient is needed its autograd node, with no
+Python), and where C++ does not hold the call's plan, straight to the plan (`api.launch`) or, where its result
+needs a gradient, to the same launch inside an autograd.Function (`_Gemm`). torch.compile and torch.export,
+and tensor subclasses (FakeTensor, FunctionalTensor), reach the registered op, whose fake and registered
+autograd record the same forward and backward; its CUDA kernel is C++'s once deepgemm.fast is built. Either
+way a result that needs a gradient has a `grad_fn`, or the call raises.
 
 Backward of y = act(z), z = alpha * a @ b + bias: dz = dy * act'(z), da = alpha * dz @ b^T and
 db = alpha * a^T @ dz through the same kernel, which reads the transposed views b^T and a^T as they lie,

@@ -55,8 +55,8 @@ def git_commit() -> str:
 def source_digest() -> str:
     """SHA-256 over the library, the harness and the stages (kernels and launchers), in path order."""
     digest = hashlib.sha256()
-    paths = [*REPO.glob("deepgemm/*.py"), *REPO.glob("deepgemm/kernels/*.cu"), *REPO.glob("tutorial/*.py"),
-             *REPO.glob("stages/*/*.cu"), *REPO.glob("stages/*/*.py")]  # fmt: skip
+    paths = [*REPO.glob("deepgemm/*.py"), *REPO.glob("deepgemm/kernels/*.cu"), *REPO.glob("deepgemm/csrc/*.cpp"),
+             *REPO.glob("tutorial/*.py"), *REPO.glob("stages/*/*.cu"), *REPO.glob("stages/*/*.py")]  # fmt: skip
     for path in sorted(paths):
         digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
