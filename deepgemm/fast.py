@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from deepgemm import plan
+from deepgemm import plan, plan_sm80
 from deepgemm.api import launch
 from deepgemm.epilogue import ACTIVATIONS, ALIASES
 
@@ -114,10 +114,12 @@ def tell_scratch(ext: Any, device: int, stream: int, held: plan.Scratch) -> None
 
 
 def runnable(found: plan.Plan) -> bool:
-    """Whether C++ can run the plan as it is: torch's, reading both operands and writing C in place, and
-    parameters that pointers, maps, alpha and split-K's scratch fill."""
+    """Whether C++ runs the plan as it is: torch's, of the sm_90a kernel, reading both operands and writing C
+    in place, and parameters that pointers, maps, alpha and split-K's scratch fill. The sm_80 kernel's plans
+    have the same parameters, but C++ has not run them on a GPU: they stay in Python."""
     return (
         found.framework.name == "torch"
+        and not plan_sm80.runs_on(found.device)
         and found.kernel_a.staged is None
         and found.kernel_b.staged is None
         and found.out_staged is None
@@ -130,9 +132,11 @@ def register(found: plan.Plan, a: Any, b: Any, bias: Any, activation: Any, out_d
     """Hand a plan, just built for this call, to C++ for the calls with the same key; False where C++ cannot
     run it (`runnable`, a bias converted by every call), or the call is one C++ does not take (an out_dtype
     not given as a torch dtype)."""
-    ext = module()
     out_code = OUT_CODES.get(out_dtype) if out_dtype is None or isinstance(out_dtype, torch.dtype) else None
-    if ext is None or out_code is None or not runnable(found) or (bias is not None and not found.bias_in_place):
+    if out_code is None or not runnable(found) or (bias is not None and not found.bias_in_place):
+        return False
+    ext = module()  # built on the first plan it can run (never on a GPU whose plans it does not run)
+    if ext is None:
         return False
     raw = found.launch
     base = raw.addresses[0]
