@@ -25,7 +25,8 @@ the median over windows of CUDA events, at each of --widths (a step at width 102
 of 30 us or less, and the host's time per launch shows; at 2048 the GEMMs are four times the work); the peak
 memory of a step; the deepgemm model also with the MLP's
 first layer calling `torch.ops.deepgemm.gemm` directly, which fuses the GELU and recomputes its input in the
-backward, against `deepgemm.nn.Linear`, which keeps it (deepgemm/torch_ops.py says why).
+backward, against `deepgemm.nn.Linear`, which keeps it (deepgemm/torch_ops.py says why). Each row also
+counts the library calls a step runs from C++ (`deepgemm.fast`), the rest going through Python.
 """
 
 from __future__ import annotations
