@@ -1,6 +1,7 @@
 """python -m deepgemm: what the installed library has, and what it would run for a shape.
 
-    python -m deepgemm                      the kernels, the autotune tables, the GPU (if any) and its kernel
+    python -m deepgemm                      the kernels, the autotune tables, the GPU (if any) and its kernel,
+                                            and whether torch's calls run from C++ here (deepgemm.fast)
     python -m deepgemm 128 4096 4096 [bf16] the config gemm would run for M N K, and where it comes from
 
 The tutorial's commands (benchmarks, profiles, notebooks) live in the repository: python -m tutorial.
@@ -9,6 +10,7 @@ The tutorial's commands (benchmarks, profiles, notebooks) live in the repository
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from dataclasses import dataclass
 
@@ -62,6 +64,24 @@ def shape_line(m: int, n: int, k: int, dtype: str, gpu: Gpu | None) -> str:
     return f"{m} x {n} x {k} {dtype} on {name}: {heuristic.config_name(cfg)} (from the {source})"
 
 
+def cpp_call_line() -> str:
+    """Whether torch's calls can run from C++ here (deepgemm.fast): built, not yet, off, or no torch. Builds
+    nothing."""
+    if importlib.util.find_spec("torch") is None:
+        return "C++ call path: torch is not installed (the path serves torch's calls)"
+    import torch  # noqa: F401 - deepgemm.fast is a torch module
+
+    import deepgemm.fast as fast
+
+    if not fast.enabled():
+        return f"C++ call path: off ({fast.ENV}=0): every call runs through Python"
+    name = fast.extension_name()
+    where = fast.build_directory(name)
+    if (where / f"{name}.so").is_file():
+        return f"C++ call path: built, in {where}"
+    return f"C++ call path: not built yet; the first torch call on Hopper builds it in {where} (about a minute)"
+
+
 def defines_label(cfg: GemmConfig) -> str:
     """A config as its kernel's defines: 'BLOCK_M=16 BLOCK_N=64 ...'."""
     return " ".join(f"{name}={value}" for name, value in cfg.defines().items())
@@ -81,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print("GPU: none found")
     else:
         print(f"GPU: {gpu.name}, {gpu.sm_count} SMs, compute capability {gpu.capability}: runs {gpu.kernel}")
+    print(cpp_call_line())
     if args.shape:
         if len(args.shape) != 3:
             parser.error(f"a shape is M N K, got {args.shape}")

@@ -5,6 +5,7 @@ A mismatch would point a parameter at the wrong tensor; the GPU tests (test_gpu_
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
 
@@ -37,3 +38,13 @@ def test_the_op_kernel_reads_every_activation_name_as_the_library_does():
     pairs = dict(re.findall(r'\{"(\w+)", (\d+)\}', CPP[CPP.index("activation_code") :]))
     names = {**ACTIVATIONS, **{alias: ACTIVATIONS[name] for alias, name in ALIASES.items() if alias is not None}}
     assert {name: int(code) for name, code in pairs.items()} == names
+
+
+def test_python_m_deepgemm_says_whether_torch_calls_run_from_cpp(monkeypatch):
+    from deepgemm import __main__ as cli
+
+    if importlib.util.find_spec("torch") is None:
+        assert cli.cpp_call_line() == "C++ call path: torch is not installed (the path serves torch's calls)"
+    else:
+        monkeypatch.setenv("DEEPGEMM_FAST", "0")
+        assert cli.cpp_call_line().startswith("C++ call path: off (DEEPGEMM_FAST=0)")

@@ -99,6 +99,7 @@ def test_nothing_but_the_lab_imports_it(folder):
 TORCH_DOORS = {  # the library's own torch modules, imported where torch first shows: `import deepgemm` imports no torch
     "deepgemm/__init__.py": {"deepgemm.nn"},  # deepgemm.linear, deepgemm.nn, asked for
     "deepgemm/api.py": {"deepgemm.torch_ops"},  # a torch tensor's first call, torch imported after deepgemm
+    "deepgemm/__main__.py": {"deepgemm.fast"},  # python -m deepgemm saying whether the C++ call path is built
 }
 
 

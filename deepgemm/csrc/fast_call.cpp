@@ -2,8 +2,9 @@
 // registers each plan it can run here. A call whose plan is registered reads its key off the tensors, points
 // the plan's parameters at them and launches, all without Python; with inputs that need a gradient it records
 // a C++ autograd node whose backward launches the two gradient GEMMs the same way. Everything else (a first
-// call, a copy, split-K's scratch, a converted bias, an activation whose derivative needs z, a double
-// backward) goes to the Python path, which is the reference: this file computes nothing that path does not.
+// call, a copy, a split-K launch whose stream has no scratch yet or is capturing a graph, a converted bias, an
+// activation whose derivative needs z, a double backward) goes to the Python path, which is the reference:
+// this file computes nothing that path does not.
 //
 // The driver is reached through dlsym on libcuda.so.1 (torch has loaded it), and the current stream and device
 // through c10's device-generic interfaces, so nothing here needs CUDA's headers or links to CUDA.
