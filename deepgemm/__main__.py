@@ -75,11 +75,10 @@ def cpp_call_line() -> str:
 
     if not fast.enabled():
         return f"C++ call path: off ({fast.ENV}=0): every call runs through Python"
-    name = fast.extension_name()
-    where = fast.build_directory(name)
-    if (where / f"{name}.so").is_file():
-        return f"C++ call path: built, in {where}"
-    return f"C++ call path: not built yet; the first torch call on Hopper builds it in {where} (about a minute)"
+    where = fast.library_file()
+    if where.is_file():
+        return f"C++ call path: built, in {where.parent}"
+    return f"C++ call path: not built yet; the first torch call on Hopper builds it in {where.parent} (about a minute)"
 
 
 def defines_label(cfg: GemmConfig) -> str:

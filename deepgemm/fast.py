@@ -78,21 +78,32 @@ def extension_name() -> str:
     return "deepgemm_fast_" + hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
 
 
-def build_directory(name: str) -> Path:
+def library_file() -> Path:
+    """Where the built extension is (or will be): its build directory in the cache, per torch and Python."""
+    name = extension_name()
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "deepgemm")
-    return root / f"cpp-torch{torch.__version__.split('+')[0]}-py{sys.version_info[0]}{sys.version_info[1]}" / name
+    versions = f"cpp-torch{torch.__version__.split('+')[0]}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return root / versions / name / f"{name}.so"
+
+
+def codes(activation: Any, out_dtype: Any) -> tuple[int, int] | None:
+    """The activation and output dtype as the C++ key holds them, or None for a call C++ does not take (an
+    out_dtype given other than as a torch dtype)."""
+    act = ACT_CODES.get(activation) if activation is None or type(activation) is str else None
+    out_code = OUT_CODES.get(out_dtype) if out_dtype is None or type(out_dtype) is torch.dtype else None
+    return None if act is None or out_code is None else (act, out_code)
 
 
 def _load() -> Any | None:
     if PYTHON_PATHS is None:  # deepgemm.torch_ops sets them once the op is defined (its C++ kernel needs the op)
         raise RuntimeError("deepgemm.fast is loaded through deepgemm.torch_ops: import torch, then deepgemm")
-    name = extension_name()
-    directory = build_directory(name)
+    target = library_file()
+    name, directory = extension_name(), target.parent
     try:
         from torch.utils import cpp_extension
 
         directory.mkdir(parents=True, exist_ok=True)
-        if not (directory / f"{name}.so").exists():
+        if not target.exists():
             print(f"deepgemm: building its C++ call path in {directory} (once per machine, about a minute)",
                   file=sys.stderr)  # fmt: skip
         built = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=["-O2"],
@@ -132,8 +143,8 @@ def register(found: plan.Plan, a: Any, b: Any, bias: Any, activation: Any, out_d
     """Hand a plan, just built for this call, to C++ for the calls with the same key; False where C++ cannot
     run it (`runnable`, a bias converted by every call), or the call is one C++ does not take (an out_dtype
     not given as a torch dtype)."""
-    out_code = OUT_CODES.get(out_dtype) if out_dtype is None or isinstance(out_dtype, torch.dtype) else None
-    if out_code is None or not runnable(found) or (bias is not None and not found.bias_in_place):
+    found_codes = codes(activation, out_dtype)
+    if found_codes is None or not runnable(found) or (bias is not None and not found.bias_in_place):
         return False
     ext = module()  # built on the first plan it can run (never on a GPU whose plans it does not run)
     if ext is None:
@@ -143,7 +154,7 @@ def register(found: plan.Plan, a: Any, b: Any, bias: Any, activation: Any, out_d
     offsets = [address - base for address in raw.addresses]
     writes = [(VALUES[name], KINDS[kind], offsets[slot]) for name, (slot, kind) in raw.slots.items()]
     return ext.register_plan(
-        a, b, bias, ACT_CODES[activation], out_code, raw.function, raw.grid, raw.block, raw.shared_mem,
+        a, b, bias, *found_codes, raw.function, raw.grid, raw.block, raw.shared_mem,
         raw.programmatic, found.kernel_a.source == "b", *found.out_shape, SCALAR_TYPES[found.out_dtype],
         *found.scratch, found.kernel_name, ctypes.string_at(base, raw.size), offsets, writes,
     )  # fmt: skip

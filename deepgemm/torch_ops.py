@@ -106,11 +106,10 @@ FAST: list[Any] = [None]  # deepgemm.fast's extension, once it holds a plan (`on
 
 def call_fast(a: torch.Tensor, b: Any, bias: Any, alpha: Any, activation: Any, out_dtype: Any) -> Any:
     """The call from C++ where its plan is registered there (deepgemm.fast), else None: the Python path."""
-    act = fast.ACT_CODES.get(activation) if activation is None or type(activation) is str else None
-    out_code = fast.OUT_CODES.get(out_dtype) if out_dtype is None or type(out_dtype) is torch.dtype else None
-    if act is None or out_code is None or type(alpha) not in (float, int):
+    found = fast.codes(activation, out_dtype)
+    if found is None or type(alpha) not in (float, int):
         return None
-    return FAST[0].call(a, b, bias, alpha, act, out_code)
+    return FAST[0].call(a, b, bias, alpha, *found)
 
 
 def on_plan(plan: Any, a: Any, b: Any, bias: Any, out: Any, activation: Any, out_dtype: Any, config: Any) -> None:

@@ -67,11 +67,16 @@ part=${1:-bench}
 # The whole suite on the GPU, its tail kept with the GPU, date and commit. It outgrows one device call:
 # TESTS="tests/test_gpu_stages.py" runs one part, TESTS_APPEND=1 adds a part to the file instead of replacing it
 # (each device call starts from this tree again: join the parts returned by each call here).
+# A test log's first line: what ran, on which GPU and driver, when, from which commit: test_header WHAT [NOTE]
+test_header() {
+  echo "# python3 -m pytest $1 on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT${DEEPGEMM_FORCE_SM80:+, DEEPGEMM_FORCE_SM80=1}${2:+, $2}"
+}
+
 gpu_tests() {
   local paths=${TESTS:-tests lab/tests} file=results/h200/gpu_tests.txt
   [ "${TESTS_APPEND:-0}" = 1 ] || : > $file
-  echo "# python3 -m pytest $paths on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
-    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT" >> $file
+  test_header "$paths" >> $file
   # shellcheck disable=SC2086  # paths is a list
   timeout 540 python3 -m pytest $paths -q -rfE -p no:cacheprovider --durations=5 2>&1 | tail -40 | tee -a $file
 }
@@ -79,8 +84,7 @@ gpu_tests() {
 # One test file's run with its tail kept beside the GPU, date and commit: tested_file FILE SECONDS PATHS...
 tested_file() {
   local file=$1 seconds=$2; shift 2
-  echo "# python3 -m pytest $* on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
-    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT${DEEPGEMM_FORCE_SM80:+, DEEPGEMM_FORCE_SM80=1}" > "$file"
+  test_header "$*" > "$file"
   timeout "$seconds" python3 -m pytest "$@" -q -rfE -p no:cacheprovider --durations=8 2>&1 | tail -40 | tee -a "$file"
 }
 
@@ -91,9 +95,7 @@ sharded_file() {
   local dir ids i
   dir=$(mktemp -d)
   python3 -m pytest "$@" --collect-only -q -p no:cacheprovider 2>/dev/null | grep '::' > "$dir/ids"
-  echo "# python3 -m pytest $* on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
-    "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT${DEEPGEMM_FORCE_SM80:+, DEEPGEMM_FORCE_SM80=1}," \
-    "$(wc -l < "$dir/ids") tests in $shards shards run at once" > "$file"
+  test_header "$*" "$(wc -l < "$dir/ids") tests in $shards shards run at once" > "$file"
   for ((i = 0; i < shards; i++)); do
     mapfile -t ids < <(awk -v n="$shards" -v i="$i" '(NR - 1) % n == i' "$dir/ids")
     timeout "$seconds" python3 -m pytest "${ids[@]}" -q -rfE -p no:cacheprovider --durations=3 > "$dir/log$i" 2>&1 &
