@@ -561,11 +561,12 @@ def table(path: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
 
 
 def tabled_fields(row: dict) -> dict[str, int]:
-    """An entry's config, with PDL only where the entry ran under PDL_BELOW_US: a table tuned when autotune
-    tried PDL on every winner (timing queued calls) keeps it on longer kernels, and there, in CUDA graphs, PDL
-    cost a median 2.4% and up to 32% (768 x 28672 x 4096: 347 us against 270 queued; results/h200/shapes.json)."""
+    """An entry's config. Autotune ranks its finalists in CUDA graphs, PDL on and off ("ranked_by": "graph"),
+    and the entry is taken as it is. A table ranked by queued time alone keeps PDL only under PDL_BELOW_US:
+    on longer kernels PDL won queued and in CUDA graphs cost a median 2.4%, up to 32% (768 x 28672 x 4096:
+    347 us against 270 queued)."""
     fields = dict(row["config"])
-    if fields.get("PDL") and row.get("us", 0.0) >= PDL_BELOW_US:
+    if fields.get("PDL") and row.get("us", 0.0) >= PDL_BELOW_US and row.get("ranked_by") != "graph":
         fields["PDL"] = 0
     return fields
 

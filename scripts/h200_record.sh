@@ -19,7 +19,7 @@
 #   scripts/h200_record.sh coalescer  the lab's L2 coalescer probe (coalescer.json, gpc_map.json), then the GPU tests
 #   scripts/h200_record.sh gpc      the lab's map of where v5's clusters land (gpc_placement.json), then the GPU tests
 #   scripts/h200_record.sh autotune the autotune table at the shape table's shapes (autotune.json; DTYPE=fp16,
-#                                   bf16 or both)
+#                                   bf16 or both; SHAPES a comma-separated subset; AUTOTUNE_S its limit, 560)
 #   scripts/h200_record.sh shapes   the shape table (102 problems) and the Llama-3-8B decoder block: deepgemm.gemm
 #                                   beside torch.matmul in CUDA graphs and per call, the table's pick and the
 #                                   heuristic's, merged into shapes.json; DTYPE=fp16, then DTYPE=bf16 (about 3
@@ -27,6 +27,11 @@
 #                                   one part; then the shape table's GPU tests. Between two calls, unpack the
 #                                   first call's results_h200.tgz here, so that the second merges into its record.
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
+#   scripts/h200_record.sh soak     the library at every configuration its autotune table picks, both dtypes, on
+#                                   four streams from two threads, each result compared bit for bit with its
+#                                   first (stability.json; SOAK_S seconds, 620); longer than a device call:
+#                                   `scripts/background.sh start soak scripts/h200_record.sh soak`, then
+#                                   `scripts/background.sh wait soak 590` in the next call
 #   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
 #                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
 #                                   (lab's op_host.json), then the training run (train.json)
@@ -146,8 +151,9 @@ elif [ "$part" = shapes ]; then  # the whole log to $out, its summary here (the 
     > "$out/shapes_$dtype.log" 2>&1
   grep -v '^[a-z0-9]*16  ' "$out/shapes_$dtype.log" | tail -70
   timeout 60 python3 -m pytest tests/test_gpu_shapes.py -q -rfE -p no:cacheprovider 2>&1 | tail -5
-elif [ "$part" = autotune ]; then
-  timeout 560 python3 -m tutorial autotune --dtype "${DTYPE:-both}" --record 2>&1 | tail -90
+elif [ "$part" = autotune ]; then  # longer than a device call: run it through scripts/background.sh
+  timeout "${AUTOTUNE_S:-560}" python3 -m tutorial autotune --dtype "${DTYPE:-both}" ${SHAPES:+--shapes "$SHAPES"} \
+    --record 2>&1 | tail -110
 elif [ "$part" = space ]; then
   timeout "${TEST_S:-240}" python3 -m pytest tests/test_gpu_library.py -q -rfE -p no:cacheprovider -x \
     -k "${TESTS_K:-steps_of or stream_k or narrow_store or swap_ab or split_k or programmatic}" 2>&1 | tail -25
@@ -187,6 +193,9 @@ elif [ "$part" = train-gemms ]; then
   timeout 200 python3 -m lab.train_gemms --record 2>&1 | tail -50
 elif [ "$part" = stability ]; then
   timeout 300 python3 -m tutorial stability --m 4096 --dtype both --seconds 60 --streams 4 --record 2>&1 | tail -6
+elif [ "$part" = soak ]; then  # ten minutes and more: run it through scripts/background.sh
+  timeout $((${SOAK_S:-620} + 300)) python3 -m tutorial soak --seconds "${SOAK_S:-620}" --streams 4 --threads 2 \
+    --dtype both --record 2>&1 | tail -40
 elif [ "$part" = kernels ]; then
   { echo "# ncu on scripts/gemm_kernels.py: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -356,6 +357,8 @@ def test_a_table_entry_keeps_pdl_only_under_the_pdl_bound(tables_dir):
     _table(tables_dir, "h200", rows)
     assert heuristic.pick_config(128, 4096, 4096, "fp16", *H200, False)[0].extra["PDL"] == 1
     assert "PDL" not in heuristic.pick_config(2048, 4096, 4096, "fp16", *H200, False)[0].extra
+    _table(tables_dir, "h200", [{**row, "ranked_by": "graph"} for row in rows])  # chosen in CUDA graphs: as is
+    assert heuristic.pick_config(2048, 4096, 4096, "fp16", *H200, False)[0].extra["PDL"] == 1
 
 
 def test_a_table_entry_the_layout_cannot_take_is_passed_over(tables_dir):
@@ -384,7 +387,8 @@ def test_recording_merges_by_shape_keeps_every_run_and_writes_the_package_table(
     monkeypatch.setattr(results, "REPO", tmp_path)
     monkeypatch.setattr(results, "gpu_directory", lambda gpu: tmp_path / "results" / heuristic.gpu_slug(gpu))
     fields = heuristic.config_fields(heuristic.choose(64, 64, 64, 132).config())
-    rows = [{"dtype": d, "m": 64, "n": 64, "k": 64, "config": fields, "name": "x", "us": 1.0} for d in ("fp16", "bf16")]
+    rows = [{"dtype": d, "m": 64, "n": 64, "k": 64, "config": fields, "name": "x", "us": 1.0, "ranked_by": "graph"}
+            for d in ("fp16", "bf16")]  # fmt: skip
     assert autotune.table_path("NVIDIA H200").is_relative_to(tables_dir)  # never the checkout's package table
     autotune.record(rows, {"gpu": "NVIDIA H200", "date": "first"})
     autotune.record([{**rows[0], "us": 2.0}], {"gpu": "NVIDIA H200", "date": "second"})
@@ -408,7 +412,13 @@ def test_the_recorded_table_holds_the_fastest_verified_candidate_of_every_shape(
     }
     for row in rows:
         timed = [c for c in row["candidates"] if c["passed"]]
-        assert row["name"] == min(timed, key=lambda c: c["us"])["name"] and row["us"] == min(c["us"] for c in timed)
+        if row.get("ranked_by") == "graph":  # the fastest in CUDA graphs among those timed there
+            timed = [c for c in timed if c.get("graph_passed")]
+            assert row["name"] == min(timed, key=lambda c: c["graph_us"])["name"]
+            assert row["graph_us"] == min(c["graph_us"] for c in timed) and len(timed) >= 2
+        else:
+            assert row["name"] == min(timed, key=lambda c: c["us"])["name"]
+        assert row["us"] == next(c["us"] for c in timed if c["name"] == row["name"])
         assert config_name(config_from_fields(row["config"])) == row["name"]
 
 
@@ -445,3 +455,68 @@ def test_every_layout_gets_a_choice_whose_boxes_the_layout_can_read(m, n, k):
         for a_mn_major in (False, True):
             choice = heuristic.choose(m, n, k, 132, b_mn_major, a_mn_major)
             assert heuristic.layout_fits(choice.config(), b_mn_major, a_mn_major), (b_mn_major, a_mn_major)
+
+
+def _entry(name: str, us: float, pdl: int = 0) -> dict:
+    return {"name": name, "config": {"block_n": 128, "PDL": pdl}, "passed": True, "us": us}
+
+
+def _tile(block_n: int, us: float, pdl: int = 0) -> dict:
+    """A timed candidate as autotune records it: a real config (128 x block_n tiles), its name and time."""
+    fields = {"block_m": 128, "block_n": block_n, "num_stages": 4, "CLUSTER_M": 1, "CLUSTER_N": 1, "SPLIT_K": 1,
+              "STREAM_K": 0, "SWAP_AB": 0, "PDL": pdl}  # fmt: skip
+    return {"name": config_name(config_from_fields(fields)), "config": fields, "passed": True, "us": us}
+
+
+def test_graph_contenders_are_the_fastest_queued_each_with_pdl_flipped(monkeypatch):
+    """The GRAPH_FINALISTS fastest by queued time, and each with PDL on and off: a flipped config already
+    timed is reused, one not yet timed is timed (and recorded among the candidates), one that fails is left
+    out."""
+    flipped = []
+
+    def fake_with_pdl(entry, pdl, work):
+        flipped.append((entry["config"]["block_n"], pdl))
+        timed = _tile(entry["config"]["block_n"], entry["us"] - 0.5, int(pdl))
+        return {**timed, "passed": entry["config"]["block_n"] != 96}
+
+    monkeypatch.setattr(autotune, "with_pdl", fake_with_pdl)
+    timed = [_tile(64, 10.0), _tile(80, 9.0), _tile(96, 11.0), _tile(112, 12.0), _tile(80, 13.0, pdl=1)]
+    contenders = autotune.graph_contenders(list(timed), timed, work=None)
+    assert autotune.GRAPH_FINALISTS == 3 and flipped == [(64, True), (96, True)]
+    names = [c["name"] for c in contenders]
+    assert names == [timed[i]["name"] for i in (1, 4, 0, 5, 2)]  # n80, n80 pdl, n64, n64 pdl, n96
+    assert [(c["config"]["block_n"], c["config"]["PDL"]) for c in timed[5:]] == [(64, 1), (96, 1)]  # recorded
+
+
+def test_the_best_is_the_fastest_verified_graph_and_torchs_time_is_kept(monkeypatch):
+    """Each contender's graph is verified; those that pass are timed with torch.matmul's (last), and the best
+    is the fastest there, though another was faster queued."""
+    entries = [_entry("a", 10.0), _entry("b", 11.0), _entry("c", 12.0)]
+    verdicts = {"a": True, "b": True, "c": False, "torch": True}
+    monkeypatch.setattr(autotune, "require_torch", lambda: None)
+    monkeypatch.setattr(autotune, "graph_contenders", lambda passed, timed, work: entries)
+    monkeypatch.setattr(autotune, "config_from_fields", lambda fields: next(e["name"] for e in entries
+                                                                            if e["config"] is fields))  # fmt: skip
+    monkeypatch.setattr(autotune, "call_launches", lambda work, framework, config="torch": {
+        autotune.GEMM: config, autotune.TORCH: config})  # fmt: skip
+    monkeypatch.setattr(autotune, "captured_calls", lambda name, work, ms: (name, SimpleNamespace(
+        passed=verdicts[name])))  # fmt: skip
+
+    def fake_time_graphs(graphs, batches):
+        assert graphs == ["a", "b", "torch"] and batches == autotune.GRAPH_BATCHES  # c failed: not timed
+        return [SimpleNamespace(ms=ms) for ms in (0.0105, 0.0099, 0.0101)]
+
+    monkeypatch.setattr(autotune, "time_graphs", fake_time_graphs)
+    best, ranked_by, fields = autotune.rank_in_graphs(entries, entries, work=SimpleNamespace(m=1, n=2, k=3))
+    assert best["name"] == "b" and ranked_by == "graph" and entries[2]["graph_passed"] is False
+    assert fields == {"graph_us": pytest.approx(9.9), "torch_graph_us": pytest.approx(10.1)}
+    assert entries[0]["graph_us"] == pytest.approx(10.5) and "graph_us" not in entries[2]
+
+
+def test_without_torch_the_best_is_the_fastest_queued(monkeypatch):
+    def no_torch():
+        raise RuntimeError("no torch")
+
+    monkeypatch.setattr(autotune, "require_torch", no_torch)
+    entries = [_entry("a", 10.0), _entry("b", 9.0)]
+    assert autotune.rank_in_graphs(entries, entries, work=None) == (entries[1], "queued", {})

@@ -6,10 +6,14 @@ cheapest candidates (`heuristic.candidates`), the best the model ranks in each f
 (`candidate_configs`) and the kernel's default, runs each through the library call
 (`deepgemm.gemm` with that config), verifies it against the float64 reference on NaN-poisoned output,
 times the ones that pass (`timing.device_us_per_call`: GPU time per call with the launch queue held full,
-so that the host's time per call does not hide the kernel's), and writes the record with every
-candidate's time to results/<gpu>/autotune.json and the table the package ships (each shape's best) to
-deepgemm/kernels/tables/<gpu>/autotune.json. `deepgemm.gemm` without a config looks its problem up there
-first (`heuristic.pick_config`) and falls back to the model's pick.
+so that the host's time per call does not hide the kernel's). The fastest few, each with programmatic
+dependent launch on and off, are then captured in CUDA graphs beside torch.matmul's and timed with their
+batches alternated (`timing.time_graphs`): the shape's best is the fastest in a graph, the number the shape
+table judges the call by, where the queued time can rank PDL and short kernels differently (a launch's
+start-up on the GPU is not the same queued as in a graph). The record keeps every candidate's times
+(results/<gpu>/autotune.json); the package ships each shape's best (deepgemm/kernels/tables/<gpu>/
+autotune.json). `deepgemm.gemm` without a config looks its problem up there first (`heuristic.pick_config`)
+and falls back to the model's pick.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from deepgemm.heuristic import (
 from deepgemm.plan import DEFAULTS
 from tutorial import library, precompile, results
 from tutorial.bench import Workload
+from tutorial.call_suite import GEMM, TORCH, call_launches
 from tutorial.check import verify
-from tutorial.timing import device_us_per_call
+from tutorial.shape_suite import SHAPE_LAYOUT, captured_calls
+from tutorial.timing import device_us_per_call, require_torch, time_graphs
 
 CANDIDATES = 8  # the model's cheapest, timed
 MAX_CANDIDATES = 16  # with the families' best and the kernel's default: device time is scarce
@@ -47,7 +53,10 @@ MAX_CANDIDATES = 16  # with the families' best and the kernel's default: device 
 # fastest few within FINAL_MARGIN of the best are timed FINAL_ROUNDS more times, in turn, and ranked by the
 # median of their timings.
 FINALISTS, FINAL_MARGIN, FINAL_ROUNDS = 3, 1.03, 3
-TUNED_LAYOUT = ("mk", "nk")  # x (M, K) and a weight stored (N, K), as torch.nn.functional.linear has them
+TUNED_LAYOUT = SHAPE_LAYOUT  # x (M, K) and a weight stored (N, K), as torch.nn.functional.linear has them
+# The fastest GRAPH_FINALISTS by queued time, each with PDL on and off, are timed again in CUDA graphs,
+# GRAPH_BATCHES batches of ~3 ms each, alternated with torch.matmul's graph (its time is recorded beside).
+GRAPH_FINALISTS, GRAPH_BATCHES = 3, 8
 
 
 def family(choice: heuristic.Choice) -> tuple[bool, str, bool]:
@@ -100,27 +109,72 @@ def tune_shape(
     if not passed:
         raise RuntimeError(f"no candidate passed verification at {m}x{n}x{k} {dtype_name}")
     time_finalists_again(passed, plans)
-    best = min(passed, key=lambda e: e["us"])
-    if best["us"] < heuristic.PDL_BELOW_US:  # above, PDL ran slower in CUDA graphs than queued (heuristic)
-        pdl = time_with_pdl(best, work)
-        timed.append(pdl)
-        if pdl["passed"] and pdl["us"] < best["us"]:
-            best = pdl
-    log(f"  {dtype_name} {m}x{n}x{k}: {best['name']} {best['us']:.1f} us (of {len(timed)} candidates)")
+    best, ranked_by, graph = rank_in_graphs(passed, timed, work)
+    in_graph = f", {best['graph_us']:.1f} in a graph (torch {graph['torch_graph_us']:.1f})" if graph else ""
+    log(f"  {dtype_name} {m}x{n}x{k}: {best['name']} {best['us']:.1f} us queued{in_graph} (of {len(timed)} candidates)")
     return {"dtype": dtype_name, "m": m, "n": n, "k": k, "config": best["config"], "name": best["name"],
-            "us": best["us"], "candidates": timed}  # fmt: skip
+            "us": best["us"], **graph, "ranked_by": ranked_by, "candidates": timed}  # fmt: skip
 
 
-def time_with_pdl(best: dict[str, Any], work: Workload) -> dict[str, Any]:
-    """The fastest candidate again, launched with programmatic dependent launch (its prologue overlapping the
-    call before it): an entry like the others, which wins where it is faster."""
-    cfg = config_from_fields({**best["config"], "PDL": 1})
+def with_pdl(entry: dict[str, Any], pdl: bool, work: Workload) -> dict[str, Any]:
+    """A candidate again with programmatic dependent launch on or off (its prologue overlapping the call
+    before it, or not), verified and timed queued: an entry like the others."""
+    cfg = config_from_fields({**entry["config"], "PDL": int(pdl)})
     launches = [library.plan(a, b, config=cfg) for a, b in work.problems]
-    entry = {"name": config_name(cfg), "config": config_fields(cfg)}
-    entry["passed"] = verify(launches[0], work.expected, launches[0].out).passed
-    if entry["passed"]:
-        entry["us"] = statistics.median(device_us_per_call(launches) for _ in range(FINAL_ROUNDS))
-    return entry
+    timed = {"name": config_name(cfg), "config": config_fields(cfg)}
+    timed["passed"] = verify(launches[0], work.expected, launches[0].out).passed
+    if timed["passed"]:
+        timed["us"] = statistics.median(device_us_per_call(launches) for _ in range(FINAL_ROUNDS))
+    return timed
+
+
+def graph_contenders(
+    passed: Sequence[dict[str, Any]], timed: list[dict[str, Any]], work: Workload
+) -> list[dict[str, Any]]:
+    """The GRAPH_FINALISTS fastest queued candidates and each one with PDL flipped (timed queued first and
+    appended to `timed` where no candidate was already that config), those that pass, each once."""
+    by_name = {e["name"]: e for e in timed}
+    contenders: dict[str, dict[str, Any]] = {}
+    for entry in sorted(passed, key=lambda e: e["us"])[:GRAPH_FINALISTS]:
+        pdl = not entry["config"].get("PDL")
+        flipped = by_name.get(config_name(config_from_fields({**entry["config"], "PDL": int(pdl)})))
+        if flipped is None:
+            flipped = with_pdl(entry, pdl, work)
+            timed.append(flipped)
+            by_name[flipped["name"]] = flipped
+        for contender in (entry, flipped):
+            if contender["passed"]:
+                contenders[contender["name"]] = contender
+    return list(contenders.values())
+
+
+def rank_in_graphs(
+    passed: Sequence[dict[str, Any]], timed: list[dict[str, Any]], work: Workload
+) -> tuple[dict[str, Any], str, dict[str, float]]:
+    """The shape's best: the fastest `graph_contenders` in CUDA graphs, each graph verified on NaN poison and
+    all timed with torch.matmul's, batches alternated; each contender gets "graph_us" and "graph_passed".
+    Without PyTorch (the graphs are captured through it) the fastest queued. Returns the best, how it was
+    ranked ("graph" or "queued") and the row's graph fields."""
+    try:
+        require_torch()
+    except RuntimeError:
+        return min(passed, key=lambda e: e["us"]), "queued", {}
+    graphs = []
+    for entry in graph_contenders(passed, timed, work):
+        launches = call_launches(work, "torch", config_from_fields(entry["config"]))[GEMM]
+        captured, stats = captured_calls(launches, work, entry["us"] / 1e3)
+        entry["graph_passed"] = stats.passed
+        if stats.passed:
+            graphs.append((entry, captured))
+    if not graphs:
+        raise RuntimeError(f"no candidate's CUDA graph passed verification at {work.m}x{work.n}x{work.k}")
+    fastest_ms = min(entry["us"] for entry, _ in graphs) / 1e3
+    torch_graph, _ = captured_calls(call_launches(work, "torch")[TORCH], work, fastest_ms)
+    timings = time_graphs([captured for _, captured in graphs] + [torch_graph], batches=GRAPH_BATCHES)
+    for (entry, _), timing in zip(graphs, timings, strict=False):  # the last timing is torch's
+        entry["graph_us"] = 1e3 * timing.ms
+    best = min((entry for entry, _ in graphs), key=lambda e: e["graph_us"])
+    return best, "graph", {"graph_us": best["graph_us"], "torch_graph_us": 1e3 * timings[-1].ms}
 
 
 def finalists(passed: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -183,13 +237,13 @@ def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:
     return saved
 
 
-PACKAGE_FIELDS = ("dtype", "m", "n", "k", "config", "name", "us")  # what the library reads of a record's row
+PACKAGE_FIELDS = ("dtype", "m", "n", "k", "config", "name", "us", "ranked_by")  # what the library reads of a row
 
 
 def package_table(record: dict[str, Any]) -> dict[str, Any]:
     """The table the package ships, from an autotune record: each row's best config and its time, under the
     record's provenance (the run, its GPU and commit)."""
-    rows = [{f: r[f] for f in PACKAGE_FIELDS} for r in sorted(record["rows"], key=problem_key)]
+    rows = [{f: r[f] for f in PACKAGE_FIELDS if f in r} for r in sorted(record["rows"], key=problem_key)]
     source = results.gpu_directory(record["provenance"]["gpu"]) / f"{TABLE_NAME}.json"
     return {"provenance": record["provenance"], "record": source.relative_to(results.REPO).as_posix(), "rows": rows}
 

@@ -28,7 +28,6 @@ from deepgemm.driver import device_limits
 from deepgemm.heuristic import choose, config_fields, config_name
 from deepgemm.model import HBM_TBS
 from deepgemm.operands import as_device_array
-from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload, measure
 from tutorial.call_suite import GEMM, TORCH, call_launches, time_call
 from tutorial.check import ErrorStats, verify
@@ -48,7 +47,7 @@ MODEL_LAYERS = {
 LAYER_MS = (1, 16, 64, 128, 256, 512, 2048, 4096)
 OTHERS = ((4097, 4097, 4097), (3000, 5000, 700), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192))
 
-SHAPE_LAYOUT = TUNED_LAYOUT
+SHAPE_LAYOUT = ("mk", "nk")  # as a model calls a linear layer: x (M, K), the weight stored (N, K)
 SETTLE_S = 0.1  # before each per-call timing, three a row: 0.3 s a row, half a minute of a dtype's ~100 rows
 # Per call in shorter batches than the stages' (60 ms x 7), so that ~100 rows x 3 calls of a dtype fit one
 # device call; the warm-up as long as theirs: after a settle the clock needs it to climb back.
