@@ -6,6 +6,9 @@
 #   scripts/h200_record.sh smoke    a few GPU tests of v5, the library and the call, then v5 and cuBLAS in two pairs
 #   scripts/h200_record.sh sanitize compute-sanitizer on v3-v5 and on the library kernel where a CTA runs several
 #                                   tiles, with split-K and with swap AB (sanitizer.txt, sanitizer_library.txt)
+#   scripts/h200_record.sh sanitize-streamk  compute-sanitizer on the library kernel's stream-K (swap AB at odd M,
+#                                   clusters of 4, one and two rounds cut) and split-K with swap AB at odd M
+#                                   (sanitizer_library_streamk.txt)
 #   scripts/h200_record.sh callhost the library call's host side against the tree in .old (lab's call_host.json)
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
 #                                   the lab's v5_cluster and v5_group_m sweeps
@@ -35,6 +38,8 @@
 #   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
 #                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
 #                                   (lab's op_host.json), then the training run (train.json)
+#   scripts/h200_record.sh library-tests  the library's GPU tests (kernel, call, shape table, C++ path, torch op,
+#                                   soak) in SHARDS pytest processes at once (gpu_library.txt)
 #   scripts/h200_record.sh sm80     the sm_80 library kernel on this GPU (DEEPGEMM_FORCE_SM80=1): its GPU tests
 #                                   (gpu_sm80.txt; SHARDS pytest processes at once, 6), then the call's GPU tests
 #   scripts/h200_record.sh sm80-table  the sm_80 library kernel (DEEPGEMM_FORCE_SM80=1) beside v2 and cuBLAS at
@@ -131,6 +136,17 @@ elif [ "$part" = sanitize ]; then
     set -- $spec
     STAGES=library SHAPES=$1 KNOBS=$2 APPEND=1 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer_library.txt
   done
+elif [ "$part" = sanitize-streamk ]; then  # the schedules that cut tiles, at odd M and odd tile counts
+  for spec in "777x4096x520,33x1000x1000 SWAP_AB=1,BLOCK_N=200,BLOCK_M=128,CLUSTER_M=1,CLUSTER_N=4,STREAM_K=1,NUM_STAGES=5" \
+              "1000x4096x4160,129x7000x520 BLOCK_M=128,BLOCK_N=176,CLUSTER_M=1,STREAM_K=1" \
+              "2500x3000x200 BLOCK_M=64,BLOCK_N=128,CLUSTER_M=2,CLUSTER_N=2,STREAM_K=2" \
+              "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8"; do
+    set -- $spec
+    append=$([ "$spec" = "${spec#777x}" ] && echo 1 || echo 0)
+    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=$append timeout 300 \
+      bash scripts/sanitize.sh results/h200/sanitizer_library_streamk.txt > /dev/null
+  done
+  grep -E '^# (stages|commit)|^## |^exit|SUMMARY' results/h200/sanitizer_library_streamk.txt
 elif [ "$part" = callhost ]; then
   timeout 300 python3 -m lab.call_host --against .old --record 2>&1 | tail -12
 elif [ "$part" = progression ]; then
@@ -165,6 +181,9 @@ elif [ "$part" = torch ]; then  # the C++ call path built first (about a minute)
   tested_file results/h200/gpu_torch.txt "${TEST_S:-200}" tests/test_gpu_torch.py
   timeout 100 python3 -m lab.op_host --rounds 3 --record 2>&1 | tail -26
   timeout 240 python3 -m tutorial.train --record 2>&1 | tail -16
+elif [ "$part" = library-tests ]; then  # the library's GPU tests, SHARDS pytest processes at once (gpu_library.txt)
+  sharded_file results/h200/gpu_library.txt "${TEST_S:-500}" "${SHARDS:-6}" tests/test_gpu_library.py \
+    tests/test_gpu_call.py tests/test_gpu_shapes.py tests/test_gpu_fast.py tests/test_gpu_torch.py tests/test_soak.py
 elif [ "$part" = sm80 ]; then
   DEEPGEMM_FORCE_SM80=1 sharded_file results/h200/gpu_sm80.txt "${TEST_S:-300}" "${SHARDS:-6}" tests/test_gpu_sm80.py
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12

@@ -1,5 +1,5 @@
 """The tutorial's command line: python -m tutorial bench | autotune | table | figure | info | profile |
-stability | timeline | diff.
+stability | soak | timeline | diff.
 
 The hardware probes and the v5 sweeps are `python -m lab`; a stage runs alone as `python -m stages.<stage>`;
 what ncu and compute-sanitizer run is `python -m tutorial.target`.
@@ -26,6 +26,7 @@ from tutorial import (
     first_call,
     results,
     shape_suite,
+    soak,
     source_profile,
     stability,
     tables,
@@ -328,6 +329,8 @@ AUTOTUNE_COLUMNS = (
     ("k", "K", 0),
     ("name", "config", 0),
     ("us", "GPU us per call", 1),
+    ("graph_us", "us in a graph", 1),
+    ("torch_graph_us", "torch.matmul's", 1),
 )
 
 
@@ -437,7 +440,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
     """A stage (or the library call, `--stage library`) for a while on one stream and then on several, every
     output compared bit for bit."""
     if not gpu_available():
-        show_recorded("stability", stability.summary_lines)
+        show_recorded("stability", stability_record_lines)
         return 0
     rows = []
     for (m, n, k), dtype in problems(args):
@@ -447,6 +450,27 @@ def cmd_stability(args: argparse.Namespace) -> int:
     print("\n".join(stability.summary_lines(rows)))
     if args.record:
         print(f"recorded in {results.save('stability', rows, results.provenance())}")
+    return 0 if all(row["passed"] for row in rows) else 1
+
+
+def stability_record_lines(rows: list[dict]) -> list[str]:
+    """The stability record's runs, then the library soak's where the record holds one (its provenance is then
+    the soak's)."""
+    soaked = any(row["run"] == soak.RUN for row in rows)
+    return stability.summary_lines(rows) + (soak.summary_lines(rows) if soaked else [])
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    """Every configuration of this GPU's autotune table in turn, on several streams from several threads, every
+    output compared bit for bit (`tutorial.soak`); where this GPU does not run the sm_90a kernel, the record."""
+    if record_only((LIBRARY,)):
+        show_recorded(soak.RECORD, soak.summary_lines, command=soak.COMMAND)
+        return 0
+    dtypes = list(soak.DTYPES) if args.dtype == "both" else [args.dtype]
+    rows = soak.soak(soak.gpu_cases(dtypes), args.seconds, streams=args.streams, threads=args.threads, log=log)
+    print("\n".join(soak.summary_lines(rows)))
+    if args.record:
+        print(f"merged {len(rows)} rows into {soak.record(rows, results.provenance())}")
     return 0 if all(row["passed"] for row in rows) else 1
 
 
@@ -545,6 +569,15 @@ def build_parser() -> argparse.ArgumentParser:
     steady.add_argument("--record", action="store_true", help="write results/<gpu>/stability.json")
     add_problem_args(steady, settle=False)
     steady.set_defaults(run=cmd_stability, dtype="fp16")
+    soaker = sub.add_parser(
+        "soak", help="deepgemm.gemm with every config of the autotune table, on streams from threads, bit for bit"
+    )
+    soaker.add_argument("--seconds", type=float, default=600.0, help="the whole soak, shared by its cases (each 1 s+)")
+    soaker.add_argument("--streams", type=int, default=soak.STREAMS, help="streams launching at once")
+    soaker.add_argument("--threads", type=int, default=soak.THREADS, help="threads driving them, each its share")
+    soaker.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
+    soaker.add_argument("--record", action="store_true", help="merge into results/<gpu>/stability.json")
+    soaker.set_defaults(run=cmd_soak)
     line = sub.add_parser("timeline", help="v4's or v5's pipeline over time, from clock stamps in the kernel")
     line.add_argument("--stages", default="v4,v5", help="v4, v5 or both (default)")
     line.add_argument("--knobs", default="", help="NAME=VALUE,... built in beside TIMELINE=1, e.g. BOX_K=8")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cupy
 
@@ -46,14 +47,14 @@ def _same_bits(x: cupy.ndarray, y: cupy.ndarray) -> bool:
     return bool(cupy.array_equal(x.view(cupy.uint8), y.view(cupy.uint8)))
 
 
-def input_sets(stage: str, work: Workload, buffers: int = BUFFERS) -> list[InputSet]:
-    """Plans for every input set of `work` (the stage's `plan(a, b, out)`, or the library call's), and each
-    set's first output verified against float64."""
+def input_sets(stage: str, work: Workload, buffers: int = BUFFERS, **options: Any) -> list[InputSet]:
+    """Plans for every input set of `work` (the stage's `plan(a, b, out, **options)`, or the library call's,
+    `options` such as its config), and each set's first output verified against float64."""
     launcher = stages.load(stage)
     sets = []
     for a, b in work.problems:
         outs = [cupy.empty((work.m, work.n), dtype=a.dtype) for _ in range(buffers)]
-        plans = [launcher.plan(a, b, out) for out in outs]
+        plans = [launcher.plan(a, b, out, **options) for out in outs]
         stats = verify(plans[0], reference(a, b), outs[0])
         sets.append(InputSet(plans, outs, outs[0].copy(), stats.passed))
     return sets
@@ -75,15 +76,21 @@ def _words(x: cupy.ndarray) -> cupy.ndarray:
     return x.view(cupy.uint8)
 
 
+def enqueue_checked(
+    plan: Callable[[], object], out: cupy.ndarray, golden: cupy.ndarray, differing: cupy.ndarray
+) -> None:
+    """One launch into its freshly poisoned `out`, then a count of its words that differ from `golden` (the
+    verified output); a launch with any adds one to `differing`. Queued on the current stream, not waited on."""
+    poison(out)
+    plan()
+    # Per row first: one block per output element, and one element would leave a single block for 32 MB.
+    differing += _count_differing(_words(out), _words(golden), axis=1).any()
+
+
 def _enqueue_checked(input_set: InputSet, differing_launches: cupy.ndarray) -> None:
-    """Each launch of the set into its freshly poisoned buffer, then a count of its words that differ from
-    the verified output; a launch with any adds one to `differing_launches`. All queued, nothing waited on."""
-    golden = _words(input_set.golden)
+    """Each launch of the set into its own buffer, checked (`enqueue_checked`). All queued, nothing waited on."""
     for plan, out in zip(input_set.plans, input_set.outs):
-        poison(out)
-        plan()
-        # Per row first: one block per output element, and one element would leave a single block for 32 MB.
-        differing_launches += _count_differing(_words(out), golden, axis=1).any()
+        enqueue_checked(plan, out, input_set.golden, differing_launches)
 
 
 @dataclass
@@ -211,9 +218,12 @@ def _mhz(window: dict) -> str:
 
 
 def summary_lines(rows: Sequence[dict]) -> list[str]:
-    """What each run did and found, in a sentence each."""
+    """What each long and multi-stream run did and found, in a sentence each. The record also holds the library
+    soak's rows (run "soak", `tutorial.soak`), which sum themselves up."""
     lines = []
     for row in rows:
+        if row["run"] not in ("long", "streams"):
+            continue
         where = f"{row['stage']} {row['dtype']} {row['m']}x{row['n']}x{row['k']}"
         found = f"{row['launches']} launches, {row['mismatched']} not bit-identical to the verified output"
         if row["run"] == "long":
