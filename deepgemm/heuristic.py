@@ -79,16 +79,18 @@ estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
 model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
 the space, with the per-SM HBM bound held at 40 GB/s (fitted without it, the model streams M = 1 from half
-the SMs). Against that record the model's first choice among the timed candidates is on average 2.2% slower
-than the fastest (at worst 19.3%; 3 of the 102 over 10%); its estimates are within 0.82 to 1.12 times the
-measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers
-against the record). Fitted on half the layers (N x K) and scored on the other half, the power bound comes
-out at 700 TFLOP/s both ways and the held-out regret is the same (`python -m lab.fit_heuristic --cross`).
-The aim is 3% on average and 10% at worst. The misses left are small-M (notes/heuristic_regret.md): which
-operand a cluster multicasts (the record times the weight's multicast faster in 156 of 188 pairs that differ
-only there, 192 x 4096 x 4096 by 19%; the model prices the pair alike or by L2 bytes, which favour the
-tokens'), and M <= 8 at N = 4096, where 64 SMs stream the weight at 3.5 TB/s, faster than the per-SM bound
-of 40 GB/s allows, so the model splits K to busy 128.
+the SMs). Against the record autotune made since (the same 102 problems; results/h200/autotune.json) the
+model's first choice among the timed candidates is on average 2.9% slower than the fastest (at worst 15.0%;
+8 of the 102 over 10%); its estimates are within 0.84 to 1.10 times the measured time for 80% of the
+candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers against the record). Against
+the record it was fitted to: 2.2%, 19.3% at worst, 3 over 10%. Fitted on half the layers (N x K) and scored
+on the other half, the power bound comes out at 700 TFLOP/s both ways and the held-out regret is the same
+(`python -m lab.fit_heuristic --cross`). The aim is 3% on average and 10% at worst. The misses left
+(notes/heuristic_regret.md): which operand a cluster multicasts (the record times the weight's multicast
+faster in 120 of 167 pairs that differ only there; the model prices the pair alike or by L2 bytes, which
+favour the tokens'), and from M = 768 to 2048 at N = 4096 and 7168, a cluster of two where one CTA alone or
+the other direction ran 10-15% faster in this record; and M <= 8 at N = 4096, where 64 SMs stream the
+weight at 3.5 TB/s, faster than the per-SM bound of 40 GB/s allows, so the model splits K to busy 128.
 """
 
 from __future__ import annotations

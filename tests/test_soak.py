@@ -109,7 +109,8 @@ def test_the_soak_command_takes_its_options_and_without_a_gpu_shows_the_record(m
     )
     assert (args.seconds, args.streams, args.threads, args.dtype, args.record) == (600.0, 4, 2, "both", True)
     assert args.run is cli.cmd_soak
-    monkeypatch.setattr(cli, "gpu_available", lambda: False)
+    monkeypatch.setattr(cli, "gpu_available", lambda: False)  # on a GPU machine too: no soak here
+    monkeypatch.setattr(results, "gpu_available", lambda: False)  # and the banner says so
     assert cli.main(["soak"]) == 0
     assert capsys.readouterr().out.startswith("RECORDED results (no GPU here)")
 
