@@ -72,8 +72,8 @@ def _prov(date: str) -> dict:
 def test_the_record_keeps_the_stability_rows_replaces_an_earlier_soak_and_keeps_every_run(tmp_path, monkeypatch):
     monkeypatch.delenv("DEEPGEMM_CC", raising=False)
     (tmp_path / "stability.json").write_text(json.dumps({"provenance": _prov("v5 day"), "rows": _v5_rows()}))
-    soak.record([_soak_row(1), _soak_row(2)], _prov("first soak"), tmp_path)
-    soak.record([_soak_row(3)], _prov("second soak"), tmp_path)
+    stability.record([_soak_row(1), _soak_row(2)], _prov("first soak"), tmp_path)
+    stability.record([_soak_row(3)], _prov("second soak"), tmp_path)
     record = results.load("stability", tmp_path)
     assert [(r["run"], r.get("m")) for r in record["rows"]] == [("long", 4096), ("streams", 4096), ("soak", 3)]
     assert record["rows"][-1]["run_date"] == "second soak" and "run_date" not in record["rows"][0]
@@ -95,12 +95,19 @@ def test_the_summary_sums_up_the_soak_and_names_each_failed_case():
 def test_the_stability_command_shows_a_record_that_holds_a_soak(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DEEPGEMM_CC", raising=False)
     (tmp_path / "stability.json").write_text(json.dumps({"provenance": _prov("v5 day"), "rows": _v5_rows()}))
-    soak.record([_soak_row(1)], _prov("soak day"), tmp_path)
-    show_recorded("stability", stability.summary_lines, directory=tmp_path)
-    show_recorded("stability", cli.stability_record_lines, directory=tmp_path)
+    stability.record([_soak_row(1)], _prov("soak day"), tmp_path)
+    show_recorded("stability", stability.summary_lines, directory=tmp_path)  # a soak's rows skipped
+    print("\n".join(soak.record_lines(results.load("stability", tmp_path))))
     out = capsys.readouterr().out
     assert out.count("v5_fused fp16 4096x4096x4096, one stream for 60 s") == 2
     assert out.count("deepgemm.gemm soak: 1 cases") == 1
+    stability.record(_v5_rows()[:1], _prov("v5 again"), tmp_path)  # a new long run replaces the old one only
+    kept = results.load("stability", tmp_path)["rows"]
+    assert [(r["run"], r.get("run_date")) for r in kept] == [
+        ("streams", None),
+        ("soak", "soak day"),
+        ("long", "v5 again"),
+    ]
 
 
 def test_the_soak_command_takes_its_options_and_without_a_gpu_shows_the_record(monkeypatch, capsys):

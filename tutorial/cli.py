@@ -440,7 +440,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
     """A stage (or the library call, `--stage library`) for a while on one stream and then on several, every
     output compared bit for bit."""
     if not gpu_available():
-        show_recorded("stability", stability_record_lines)
+        print("\n".join(soak.record_lines(results.load(stability.RECORD))))
         return 0
     rows = []
     for (m, n, k), dtype in problems(args):
@@ -449,28 +449,21 @@ def cmd_stability(args: argparse.Namespace) -> int:
         )
     print("\n".join(stability.summary_lines(rows)))
     if args.record:
-        print(f"recorded in {results.save('stability', rows, results.provenance())}")
+        print(f"merged into {stability.record(rows, results.provenance())}")
     return 0 if all(row["passed"] for row in rows) else 1
-
-
-def stability_record_lines(rows: list[dict]) -> list[str]:
-    """The stability record's runs, then the library soak's where the record holds one (its provenance is then
-    the soak's)."""
-    soaked = any(row["run"] == soak.RUN for row in rows)
-    return stability.summary_lines(rows) + (soak.summary_lines(rows) if soaked else [])
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
     """Every configuration of this GPU's autotune table in turn, on several streams from several threads, every
     output compared bit for bit (`tutorial.soak`); where this GPU does not run the sm_90a kernel, the record."""
     if record_only((LIBRARY,)):
-        show_recorded(soak.RECORD, soak.summary_lines, command=soak.COMMAND)
+        print("\n".join(soak.record_lines(results.load(stability.RECORD))))
         return 0
     dtypes = list(soak.DTYPES) if args.dtype == "both" else [args.dtype]
     rows = soak.soak(soak.gpu_cases(dtypes), args.seconds, streams=args.streams, threads=args.threads, log=log)
     print("\n".join(soak.summary_lines(rows)))
     if args.record:
-        print(f"merged {len(rows)} rows into {soak.record(rows, results.provenance())}")
+        print(f"merged {len(rows)} rows into {stability.record(rows, results.provenance())}")
     return 0 if all(row["passed"] for row in rows) else 1
 
 

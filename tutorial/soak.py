@@ -13,12 +13,10 @@ that run's in results/<gpu>/stability.json.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import cupy
@@ -26,13 +24,14 @@ import cupy
 from deepgemm import heuristic
 from deepgemm.config import GemmConfig
 from deepgemm.operands import device_name
-from tutorial import precompile, results
+from tutorial import precompile, results, stability
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload
+from tutorial.runner import command_lines
 from tutorial.stability import BUFFERS, InputSet, enqueue_checked, input_sets
 from tutorial.stages import LIBRARY, current_device
 
-RECORD = "stability"  # the soak's rows join the stability run's
+RECORD = stability.RECORD  # the soak's rows join the stability run's (`stability.record`)
 COMMAND = "python -m tutorial soak --seconds 600 --streams 4 --threads 2 --dtype both --record"
 STAGE = "deepgemm.gemm"
 RUN = "soak"
@@ -213,15 +212,19 @@ def summary_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines + [f"  {case_line(row)}" for row in failed]
 
 
-def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any], directory: Path | None = None) -> Path:
-    """Merge the soak's rows into results/<gpu>/stability.json: the other runs' rows kept, an earlier soak's
-    replaced. Each row's "run" is its kind ("long", "streams", "soak"), so a soak row names its run's date in
-    "run_date"; "runs" lists every run's provenance (an older record's own first), "provenance" is this run's."""
-    directory = results.gpu_directory(prov["gpu"]) if directory is None else directory
-    path = directory / f"{RECORD}.json"
-    old = json.loads(path.read_text()) if path.is_file() else {}
-    runs = old.get("runs") or ([old["provenance"]] if "provenance" in old else [])
-    kept = [row for row in old.get("rows", []) if row.get("run") != RUN]
-    sections = {key: value for key, value in old.items() if key not in ("provenance", "rows", "runs")}
-    new = [{**row, "run_date": prov["date"]} for row in rows]
-    return results.save(RECORD, kept + new, prov, directory, extra={**sections, "runs": [*runs, prov]})
+def record_lines(record: dict[str, Any]) -> list[str]:
+    """The stability record run by run, each under its own banner and command: the stability run's rows (no
+    "run_date": the first of "runs") summed up by `stability.summary_lines`, a soak's (`record` dates them) by
+    `summary_lines`. The record's "provenance" is its latest run's alone."""
+    runs = record.get("runs") or [record["provenance"]]
+    dated = {prov["date"]: prov for prov in runs}
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for row in record["rows"]:
+        by_run.setdefault(row.get("run_date", runs[0]["date"]), []).append(row)
+    lines = []
+    for date, rows in by_run.items():
+        soaked = rows[0]["run"] == RUN
+        summary = summary_lines(rows) if soaked else stability.summary_lines(rows)
+        today = COMMAND if soaked else results.recording_command(RECORD)
+        lines += [results.recorded_banner(dated[date]), *summary, *command_lines(dated[date]["command"], today)]
+    return lines

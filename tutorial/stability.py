@@ -17,14 +17,16 @@ the same kernel interleaved on several streams.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import cupy
 
-from tutorial import stages
+from tutorial import results, stages
 from tutorial.bench import Workload
 from tutorial.check import poison, reference, verify
 from tutorial.timing import PowerSampler, gemm_flops
@@ -236,3 +238,22 @@ def summary_lines(rows: Sequence[dict]) -> list[str]:
         else:
             lines.append(f"{where}, {row['streams']} streams interleaved: {found}")
     return lines
+
+
+RECORD = "stability"
+
+
+def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any], directory: Path | None = None) -> Path:
+    """Merge `rows` into results/<gpu>/stability.json: an earlier run's rows of the same kinds ("run": "long",
+    "streams", or the library soak's "soak") replaced, the other kinds' kept. Each new row names its run's date
+    in "run_date" (rows without one are the first run's); "runs" lists every run's provenance, an older
+    record's own first; "provenance" is this run's."""
+    directory = results.gpu_directory(prov["gpu"]) if directory is None else directory
+    path = directory / f"{RECORD}.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    runs = old.get("runs") or ([old["provenance"]] if "provenance" in old else [])
+    kinds = {row["run"] for row in rows}
+    kept = [row for row in old.get("rows", []) if row.get("run") not in kinds]
+    sections = {key: value for key, value in old.items() if key not in ("provenance", "rows", "runs")}
+    new = [{**row, "run_date": prov["date"]} for row in rows]
+    return results.save(RECORD, kept + new, prov, directory, extra={**sections, "runs": [*runs, prov]})
