@@ -244,16 +244,16 @@ RECORD = "stability"
 
 
 def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any], directory: Path | None = None) -> Path:
-    """Merge `rows` into results/<gpu>/stability.json: an earlier run's rows of the same kinds ("run": "long",
-    "streams", or the library soak's "soak") replaced, the other kinds' kept. Each new row names its run's date
+    """Merge `rows` into results/<gpu>/stability.json: an earlier run's rows of the same stage and kind ("run":
+    "long", "streams", or the library soak's "soak") replaced, the others kept. Each new row names its run's date
     in "run_date" (rows without one are the first run's); "runs" lists every run's provenance, an older
     record's own first; "provenance" is this run's."""
     directory = results.gpu_directory(prov["gpu"]) if directory is None else directory
     path = directory / f"{RECORD}.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     runs = old.get("runs") or ([old["provenance"]] if "provenance" in old else [])
-    kinds = {row["run"] for row in rows}
-    kept = [row for row in old.get("rows", []) if row.get("run") not in kinds]
+    kinds = {(row["stage"], row["run"]) for row in rows}
+    kept = [row for row in old.get("rows", []) if (row.get("stage"), row.get("run")) not in kinds]
     sections = {key: value for key, value in old.items() if key not in ("provenance", "rows", "runs")}
     new = [{**row, "run_date": prov["date"]} for row in rows]
     return results.save(RECORD, kept + new, prov, directory, extra={**sections, "runs": [*runs, prov]})
