@@ -110,7 +110,8 @@ def symptoms() -> list[Symptom]:
         Symptom(
             "second call still slow",
             f"3000 x 5000 x 700 FP16: {copied['call_us']:.0f} µs per call, {copied['device_us']:.0f} µs of "
-            f"it on the GPU, {copied['host_us']:.0f} µs of host time (`shapes.json`)",
+            f"it on the GPU; issuing one costs the host about {copied['host_us']:.0f} µs (timed apart, "
+            "`shapes.json`)",
             "rows of K = 700 elements (1400 bytes) cannot be read by TMA in place, so each call first copies them "
             "into padded rows; a new plan is also made for every new shape, stride, alignment, dtype or option",
             "pad K to a multiple of 8 elements in your own storage; keep shapes and layouts fixed across calls",
