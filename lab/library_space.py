@@ -68,13 +68,17 @@ def _cuts(tiles: int, slots: int, k_tiles: int) -> Iterator[dict[str, int]]:
 
 def _clusters(swap: int, tiles_m: int, tiles_n: int) -> list[tuple[int, int]]:
     """Clusters worth a try: none; two CTAs along M sharing B where there are tile rows to pair; swapped,
-    up to four along the tokens sharing the weight's tile, where there are that many token tiles."""
+    up to four along the tokens sharing the weight's tile, where there are that many token tiles; and 2 x 2,
+    both operands multicast, where the tiles pair both ways (each operand crosses L2 half as often: at mid M
+    on a long K that traffic, not the tensor cores, bounds 128-wide tiles)."""
     found = [(1, 1)]
     if tiles_m >= 4:
         found.append((2, 1))
     if swap and tiles_n > 1:
         found.append((1, min(4, 1 << (tiles_n - 1).bit_length())))
-    return found
+    if tiles_m >= 2 and tiles_n >= 2:
+        found.append((2, 2))
+    return list(dict.fromkeys(found))
 
 
 def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
