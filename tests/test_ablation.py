@@ -50,7 +50,7 @@ def test_v5_switches_off_each_of_its_techniques_in_the_lesson_kernel():
     assert [v.epilogue for v in v5 if v.plan is not None] == [False, True, True]
     launcher = stages.load("v5_fused")
     assert ablation.GELU_TANH in launcher.STAGE_ACTIVATIONS  # what v5's fused epilogue takes
-    assert launcher.epilogue_defines(True, ablation.GELU_TANH, False)["HAS_BIAS"] == 1
+    assert launcher.epilogue_defines(True, ablation.GELU_TANH)["HAS_BIAS"] == 1
 
 
 def test_one_cta_per_tile_replaces_v5_s_persistent_grid_with_every_output_tile(monkeypatch):

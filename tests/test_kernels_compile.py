@@ -2,8 +2,8 @@
 defaults, and ptxas's report and the SASS hold what each claims. No GPU needed.
 
 v5 is the last lesson: its tests build it with its own knobs (CLUSTER_M 1 or 2, WGMMA_IN_FLIGHT, TMA_STORE,
-OUT_FP32, ACTIVATION up to gelu_tanh). What only the library's kernel has (MN-major layouts, split-K, tile
-widths, BLOCK_M 64, swap AB, CLUSTER_N, OUT_DTYPE, every activation) is tested on it, as stage "library"."""
+ACTIVATION up to gelu_tanh). What only the library's kernel has (MN-major layouts, split-K, tile widths,
+BLOCK_M 64, swap AB, CLUSTER_N, other output types, every activation) is tested on it, as stage "library"."""
 
 from __future__ import annotations
 
@@ -113,12 +113,11 @@ def test_v5_stages_c_in_shared_memory_only_for_its_tma_stores(tma_store):
     assert facts.store_box == (16, 64)
 
 
-@pytest.mark.parametrize(("out_fp32", "element_bytes"), [(0, 2), (1, 4)])
-def test_v5_exports_the_box_it_stores_c_in(out_fp32, element_bytes):
+@pytest.mark.parametrize("bf16", [False, True])
+def test_v5_exports_the_box_it_stores_c_in(bf16):
     """Each consumer warp stores 16 rows of C, 128 bytes of columns at a time (the 128B swizzle span): the
-    launcher builds C's tensor map from this box, so it must follow the output type."""
-    facts = compiled(V5, launcher_defines(V5, False, OUT_FP32=out_fp32)).launch_facts()
-    assert facts.store_box == (16, 128 // element_bytes)
+    launcher builds C's tensor map from this box."""
+    assert compiled(V5, launcher_defines(V5, bf16)).launch_facts().store_box == (16, 64)
     for stage in ("v3_wgmma_tma", "v4_pipeline_swizzle"):  # these store C from registers, through a pointer
         assert compiled(stage, launcher_defines(stage, False)).launch_facts().store_box is None
 
@@ -160,26 +159,24 @@ def test_hopper_kernels_refuse_plain_sm_80(stage):
         ({"BLOCK_N": 128}, "the wgmma below is m64n256k16"),
         ({"BLOCK_M": 64}, "two consumer warpgroups of 64 rows"),
         ({"CLUSTER_M": 4}, "one CTA, or two sharing B"),
-        ({"TMA_STORE": 0, "OUT_FP32": 1}, "the ablation stores 16-bit outputs, as v4"),
     ],
 )
 def test_v5_refuses_by_name_what_only_the_library_builds(knobs, message):
-    """v5 is written for one 128 x 256 tile, clusters of one or two, and its ablation's 16-bit stores: any
-    other build stops at a static_assert that says why (the library's kernel takes the other tiles)."""
+    """v5 is written for one 128 x 256 tile and clusters of one or two: any other build stops at a
+    static_assert that says why (the library's kernel takes the other tiles)."""
     with pytest.raises(RuntimeError, match=re.escape(message)):
         compiled(V5, launcher_defines(V5, False, **knobs))
 
 
 @pytest.mark.parametrize("bf16", [False, True])
-@pytest.mark.parametrize("out_fp32", [0, 1])
 @pytest.mark.parametrize("has_bias", [0, 1])
-def test_v5_compiles_every_epilogue_without_spills_or_serialised_wgmma(bf16, out_fp32, has_bias):
+def test_v5_compiles_every_epilogue_without_spills_or_serialised_wgmma(bf16, has_bias):
     """Every epilogue v5 fuses compiles without spills, and ptxas keeps the wgmma pipelined: if the
     epilogue's live values and the 128 accumulators did not fit the registers together, it would serialise
     every wgmma of the kernel (its warning C7511), a loss no test on results would notice."""
     for activation in V5_ACTIVATIONS:
-        defines = launcher_defines(V5, bf16, HAS_BIAS=has_bias, ACTIVATION=activation, OUT_FP32=out_fp32)
-        _fits(compiled(V5, defines), (activation, out_fp32, has_bias))
+        defines = launcher_defines(V5, bf16, HAS_BIAS=has_bias, ACTIVATION=activation)
+        _fits(compiled(V5, defines), (activation, has_bias))
 
 
 @pytest.mark.parametrize("bf16", [False, True])
@@ -221,13 +218,12 @@ def test_library_reads_a_16_bit_bias_in_its_own_type_without_spills_or_serialise
 @pytest.mark.parametrize("group_m", [1, 16])  # v5 compiles the row-major walk for 1, the grouped one for 16
 def test_v5_wgmma_stay_pipelined_under_every_pipeline_knob(cluster_m, num_stages, group_m):
     """The knobs a GemmConfig may change in v5 also move ptxas's register budget: no build of the plain
-    epilogue, to either output type, may serialise its wgmma. (GROUP_M picks one of two tile walks at
+    epilogue may serialise its wgmma. (GROUP_M picks one of two tile walks at
     compile time, `#if GROUP_M / CLUSTER_M > 1`; values between 1 and 16 only change its constants.)"""
     for bf16 in (False, True):
-        for out_fp32 in (0, 1):
-            knobs = {"CLUSTER_M": cluster_m, "NUM_STAGES": num_stages, "GROUP_M": group_m, "OUT_FP32": out_fp32}
-            report = compiled(V5, launcher_defines(V5, bf16, **knobs))
-            assert SERIALISED_WGMMA not in report.log, (bf16, knobs)
+        knobs = {"CLUSTER_M": cluster_m, "NUM_STAGES": num_stages, "GROUP_M": group_m}
+        report = compiled(V5, launcher_defines(V5, bf16, **knobs))
+        assert SERIALISED_WGMMA not in report.log, (bf16, knobs)
 
 
 @pytest.mark.parametrize("cluster_m", [1, 2])
@@ -393,14 +389,13 @@ def _assert_tanh_per_element(code: str, defines: tuple, fast: bool) -> None:
     assert ("MUFU.EX2" in code) is not fast and ("FCHK" in code) is not fast
 
 
-@pytest.mark.parametrize(("out_fp32", "fast"), [(0, True), (1, False)])
-def test_v5_gelu_takes_one_mufu_tanh_for_16_bit_outputs(out_fp32, fast):
-    """[4] 0.5 x (1 + tanh(v)): one MUFU.TANH per element for a 16-bit output (the special-function unit
-    sets the epilogue's pace); an fp32 output keeps expf and IEEE division, whose slow path is a call
-    (FCHK flags the operands that need it)."""
-    defines = launcher_defines(V5, False, HAS_BIAS=1, ACTIVATION=ACTIVATIONS["gelu_tanh"], OUT_FP32=out_fp32)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_v5_gelu_takes_one_mufu_tanh_per_element(bf16):
+    """[4] 0.5 x (1 + tanh(v)): one MUFU.TANH per element (the special-function unit sets the epilogue's
+    pace), no expf and no IEEE division."""
+    defines = launcher_defines(V5, bf16, HAS_BIAS=1, ACTIVATION=ACTIVATIONS["gelu_tanh"])
     code = function_sass(sass(V5, defines), "gemm_kernel")
-    _assert_tanh_per_element(code, defines, fast)
+    _assert_tanh_per_element(code, defines, fast=True)
 
 
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])

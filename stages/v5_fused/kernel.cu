@@ -8,9 +8,9 @@
 //       traffic is less power, and this card is power-capped.
 //   [3] one wgmma batch in flight: a consumer issues k-tile i, then waits only for k-tile i-1 and releases
 //       its stage, so the tensor cores always have the next batch queued.
-//   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32, rounded once to the input type or
-//       kept fp32, staged through 128B-swizzled shared memory and written by TMA stores that drain while
-//       the consumers go on.
+//   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32, rounded once to the input type,
+//       staged through 128B-swizzled shared memory and written by TMA stores that drain while the
+//       consumers go on. (Other output types are the library's: python -m tutorial diff library.)
 // It also issues little beside the wgmma, since on a power-capped card an instruction costs clock: waiting
 // threads sleep on their barrier, and the descriptors are built once and advanced by adding.
 // What still limits it: a tile's epilogue leaves this CTA's tensor cores idle, and the power cap holds the
@@ -38,19 +38,11 @@ __device__ __forceinline__ elem_t to_elem(float x) { return __float2half_rn(x); 
 __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
 #endif
 
-#ifndef OUT_FP32
-#define OUT_FP32 0     // [4] 1: C is fp32; 0: C has the input's type
-#endif
 #ifndef HAS_BIAS
 #define HAS_BIAS 0     // [4] 1: add bias[col] (N floats) before the activation
 #endif
 #ifndef ACTIVATION
 #define ACTIVATION 0   // [4] 0 none, 1 relu, 2 gelu (tanh form)
-#endif
-#if OUT_FP32
-typedef float out_t;
-#else
-typedef elem_t out_t;
 #endif
 
 #ifndef BLOCK_M
@@ -104,7 +96,7 @@ constexpr int EPI_ROWS = 16;                                        // rows of C
 constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
 constexpr int EPI_BYTES = TMA_STORE ? NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES : 0;  // 32 KB, after the stages
-constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(out_t);    // 64 (fp16/bf16) or 32 (fp32)
+constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(elem_t);   // 64 columns of C
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
@@ -114,7 +106,6 @@ static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "[2] one CTA, or two sharing B");
 static_assert(B_BOX_BYTES % 1024 == 0, "[2] each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert((227 * 1024) / 16 < (1 << 14), "a shared address fits the descriptor's 14-bit start: adding never carries");
-static_assert(TMA_STORE || !OUT_FP32, "[4] the ablation stores 16-bit outputs, as v4");
 
 // Launch facts the launcher reads back from the compiled module (dynamic smem: + 1024 of alignment slack).
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
@@ -251,11 +242,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// [4] Two adjacent fp32 values to shared memory (8 bytes).
-__device__ __forceinline__ void st_shared_v2_f32(unsigned addr, float lo, float hi) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(lo), "f"(hi) : "memory");
 }
 
 // wgmma shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"):
@@ -416,12 +402,12 @@ __device__ __forceinline__ void timeline_stamp(bool stamper, int role, Stamp eve
 }
 
 // ---------------------------------------------------------------------------------------------------
-// [4] The fused epilogue's arithmetic, in fp32 before the one rounding to out_t.
+// [4] The fused epilogue's arithmetic, in fp32 before the one rounding to the input type.
 // ---------------------------------------------------------------------------------------------------
 
-// GELU's tanh form is 0.5 x (1 + tanh(v)), v = sqrt(2/pi) (x + 0.044715 x^3). A 16-bit output takes one
-// MUFU.TANH (relative error about 2^-11, below the output's rounding: tutorial/check.py's bound); an fp32
-// output keeps the accurate x / (1 + exp(-2v)). The special-function unit runs at an eighth of the FMA rate.
+// GELU's tanh form is 0.5 x (1 + tanh(v)), v = sqrt(2/pi) (x + 0.044715 x^3), with one MUFU.TANH (relative
+// error about 2^-11, below the 16-bit output's rounding: tutorial/check.py's bound). The special-function
+// unit runs at an eighth of the FMA rate.
 __device__ __forceinline__ float tanh_approx(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -434,7 +420,7 @@ __device__ __forceinline__ float activation(float x) {
 #elif ACTIVATION == 2
     const float v = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
     const float h = 0.5f * x;
-    return OUT_FP32 ? x / (1.0f + expf(-2.0f * v)) : fmaf(h, tanh_approx(v), h);  // exp = inf gives -0
+    return fmaf(h, tanh_approx(v), h);
 #else
     return x;
 #endif
@@ -454,7 +440,7 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 
 extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b,
-            const __grid_constant__ TmaDesc tma_c, out_t* __restrict__ C, const float* bias, float alpha,
+            const __grid_constant__ TmaDesc tma_c, elem_t* __restrict__ C, const float* bias, float alpha,
             int M, int N, int K, int ldc)
 {
     // ---- prologue -----------------------------------------------------------------------------------
@@ -649,7 +635,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                         if (col + 1 < N) bias_hi[t] = __ldg(bias + col + 1);
                     }
 #endif
-#if !OUT_FP32
                     // 16-bit output: one stmatrix writes the four 8x8 matrices (j, h = 0), (j, h = 1),
                     // (j + 1, h = 0), (j + 1, h = 1); lane l addresses row l % 8 of matrix l / 8.
                     unsigned packed[4];
@@ -664,18 +649,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     const int group = jj + lane / 16;  // the 16-byte column group within the 128-byte row
                     stmatrix_x4(box + row * SWIZZLE_ROW_BYTES + ((group ^ (row % 8)) * 16),
                                 packed[0], packed[1], packed[2], packed[3]);
-#else
-                    // fp32 output: each lane writes its column pairs as 8-byte stores.
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int t = q / 2, h = q % 2;
-                        const int row = lane / 4 + 8 * h;
-                        const int byte = (8 * (jj + t) + 2 * (lane % 4)) * (int)sizeof(out_t);
-                        const unsigned dst = box + row * SWIZZLE_ROW_BYTES + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
-                        st_shared_v2_f32(dst, epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
-                                         epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
-                    }
-#endif
                 }
                 fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
                 __syncwarp();

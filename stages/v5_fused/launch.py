@@ -2,9 +2,9 @@
 out = act(alpha * a @ b + bias), stored through TMA.
 
 Reads A row-major and B K-major (the (N, K) matrix b.T) through tensor maps, as v4 does; other layouts are
-copied first (k_major). The output has the input's dtype or float32, written once; the activation is None,
-'relu' or 'gelu_tanh'. Needs sm_90a. The library's kernel, grown from this one, reads every layout in place
-and takes every activation and output type (`deepgemm.gemm`).
+copied first (k_major). The output has the input's dtype, written once; the activation is None, 'relu' or
+'gelu_tanh'. Needs sm_90a. The library's kernel, grown from this one, reads every layout in place and takes
+every activation and output type (`deepgemm.gemm`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from deepgemm.config import GemmConfig, require_in, require_wgmma_tile
-from deepgemm.dtypes import FLOAT32
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.operands import bias_vector, require_gpu
 from tutorial.launch import KernelLaunch, check_problem, tma_gemm_launch
@@ -32,11 +31,11 @@ DEFAULTS = GemmConfig(
 STAGE_ACTIVATIONS = ("none", "relu", "gelu_tanh")  # the kernel's ACTIVATION 0, 1, 2
 
 
-def epilogue_defines(has_bias: bool, activation: str | None, out_fp32: bool) -> dict[str, int]:
+def epilogue_defines(has_bias: bool, activation: str | None) -> dict[str, int]:
     name = activation_name(activation)
     if name not in STAGE_ACTIVATIONS:
         raise ValueError(f"v5_fused fuses {STAGE_ACTIVATIONS[1:]}, not {name!r}; deepgemm.gemm takes every activation")
-    return {"HAS_BIAS": int(has_bias), "ACTIVATION": ACTIVATIONS[name], "OUT_FP32": int(out_fp32)}
+    return {"HAS_BIAS": int(has_bias), "ACTIVATION": ACTIVATIONS[name]}
 
 
 def plan(
@@ -50,18 +49,15 @@ def plan(
     out_dtype: Any = None,
     config: GemmConfig | None = None,
 ) -> KernelLaunch:
-    """act(alpha * a @ b + bias): bias an optional vector of N, out_dtype the input's (default) or float32."""
+    """act(alpha * a @ b + bias): bias an optional vector of N; the output in the inputs' dtype."""
     require_gpu(MIN_CC, STAGE, exact=True)
     p = check_problem(a, b, out, out_dtype=out_dtype)
-    if p.out_dtype not in (p.a.dtype, FLOAT32):
-        raise TypeError(f"v5_fused writes {p.a.dtype} or float32, not {p.out_dtype}; deepgemm.gemm writes any")
+    if p.out_dtype != p.a.dtype:
+        raise TypeError(f"v5_fused writes {p.a.dtype}, not {p.out_dtype}; deepgemm.gemm writes any")
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     require_wgmma_tile(cfg)
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
     require_in(cfg, "TMA_STORE", (0, 1), "1 stores C through shared memory and TMA, 0 from registers")
-    out_fp32 = p.out_dtype == FLOAT32
-    if out_fp32 and cfg.value("TMA_STORE") == 0:
-        raise ValueError("TMA_STORE = 0 (the ablation) stores 16-bit outputs only, as v4")
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     return tma_gemm_launch(
         STAGE,
@@ -70,7 +66,7 @@ def plan(
         swizzle_bytes=SWIZZLE_BYTES,
         persistent=True,
         epilogue_args=(bias_f32 if bias_f32 is not None else np.uint64(0), np.float32(alpha)),
-        epilogue_defines=epilogue_defines(bias is not None, activation, out_fp32),
+        epilogue_defines=epilogue_defines(bias is not None, activation),
         keep_alive=(bias_f32,),
     )
 
