@@ -23,15 +23,14 @@ import cupy
 
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
-from deepgemm.heuristic import config_fields, config_name, max_stages
+from deepgemm.heuristic import max_stages
 from deepgemm.model import ceil_div, round_up
 from deepgemm.plan import DEFAULTS, check_config
 from lab import RESULTS_DIR, record
-from tutorial import library, precompile
-from tutorial.autotune import TUNED_LAYOUT
+from tutorial import precompile
+from tutorial.autotune import TUNED_LAYOUT, time_config
 from tutorial.bench import Workload
 from tutorial.call_suite import require_torch
-from tutorial.check import verify
 from tutorial.runner import gpu_available, show_recorded
 from tutorial.timing import device_us_per_call
 
@@ -107,19 +106,6 @@ def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
     return found
 
 
-def _time_config(config: GemmConfig, work: Workload) -> dict[str, Any]:
-    """One candidate verified, then timed: its entry (an error where the kernel cannot take it)."""
-    entry: dict[str, Any] = {"name": config_name(config), "config": config_fields(config)}
-    try:
-        launches = [library.plan(a, b, config=config) for a, b in work.problems]
-    except ValueError as error:
-        return {**entry, "passed": False, "error": str(error)}
-    entry["passed"] = verify(launches[0], work.expected, launches[0].out).passed
-    if entry["passed"]:
-        entry["us"] = device_us_per_call(launches)
-    return entry
-
-
 def sweep_shape(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[str, Any]:
     """Every candidate verified and timed at one shape, and torch.matmul on the same operands; the fastest
     again with programmatic dependent launch (`pdl_us`: back-to-back calls overlap prologue and tail)."""
@@ -128,7 +114,7 @@ def sweep_shape(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[
     views = [(torch.from_dlpack(a), torch.from_dlpack(b)) for a, b in work.problems]
     torch_us = device_us_per_call([lambda a=a, b=b: torch.matmul(a, b) for a, b in views])
     configs = candidates(m, n, k, sm_count)
-    timed = [_time_config(config, work) for config in configs]
+    timed = [time_config(config, work)[0] for config in configs]
     for entry in timed:
         if entry["passed"]:
             entry["x_torch"] = torch_us / entry["us"]
@@ -138,7 +124,7 @@ def sweep_shape(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[
         print(f"{dtype_name} {m}x{n}x{k}: no candidate passed", flush=True)
         return row
     best = timed[ranked[0]]
-    pdl = _time_config(replace(configs[ranked[0]], extra={**configs[ranked[0]].extra, "PDL": 1}), work)
+    pdl = time_config(replace(configs[ranked[0]], extra={**configs[ranked[0]].extra, "PDL": 1}), work)[0]
     row["pdl_us"] = pdl.get("us")
     print(f"{dtype_name} {m}x{n}x{k}: torch {torch_us:8.1f} us; {len(ranked)}/{len(timed)} passed; best "
           f"{best['name']} {best['us']:8.1f} us x {best['x_torch']:.3f}; with PDL {row['pdl_us'] or 0:8.1f} us",

@@ -520,3 +520,27 @@ def test_without_torch_the_best_is_the_fastest_queued(monkeypatch):
     monkeypatch.setattr(autotune, "require_torch", no_torch)
     entries = [_entry("a", 10.0), _entry("b", 9.0)]
     assert autotune.rank_in_graphs(entries, entries, work=None) == (entries[1], "queued", {})
+
+
+def test_one_config_is_planned_verified_and_timed_or_names_why_not(monkeypatch):
+    """`autotune.time_config`, what autotune, its PDL variants and the lab's sweep time a config with: a config
+    the problem cannot take gives an entry naming the error; one that fails verification is not timed."""
+    work = SimpleNamespace(problems=[("a0", "b0"), ("a1", "b1")], expected="ref")
+    cfg = heuristic.choose(512, 2112, 7168, 132).config()
+    launch = SimpleNamespace(out="out")
+    timings = iter([3.0, 1.0, 2.0])
+    monkeypatch.setattr(autotune, "device_us_per_call", lambda launches: next(timings))
+    monkeypatch.setattr(autotune.library, "plan", lambda a, b, config: launch)
+    monkeypatch.setattr(autotune, "verify", lambda run, expected, out: SimpleNamespace(passed=True))
+    entry, launches = autotune.time_config(cfg, work, rounds=3)
+    assert entry == {"name": config_name(cfg), "config": heuristic.config_fields(cfg), "passed": True, "us": 2.0}
+    assert launches == [launch, launch]
+    monkeypatch.setattr(autotune, "verify", lambda run, expected, out: SimpleNamespace(passed=False))
+    assert "us" not in autotune.time_config(cfg, work)[0]
+
+    def refuse(a, b, config):
+        raise ValueError("too many slices")
+
+    monkeypatch.setattr(autotune.library, "plan", refuse)
+    refused = {"name": entry["name"], "config": entry["config"], "passed": False, "error": "too many slices"}
+    assert autotune.time_config(cfg, work) == (refused, [])

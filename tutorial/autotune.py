@@ -92,19 +92,13 @@ def tune_shape(
     sm_count = device_limits(cupy.cuda.Device().id).sm_count
     work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
     timed, plans = [], {}
-    for name, cfg in candidate_configs(m, n, k, sm_count).items():
-        try:
-            launches = [library.plan(a, b, config=cfg) for a, b in work.problems]
-        except ValueError as error:  # a config this problem cannot take (too many slices of a short K)
-            timed.append({"name": name, "config": config_fields(cfg), "passed": False, "error": str(error)})
-            continue
-        stats = verify(launches[0], work.expected, launches[0].out)
-        entry = {"name": name, "config": config_fields(cfg), "passed": stats.passed}
-        if stats.passed:
-            entry["us"], plans[name] = device_us_per_call(launches), launches
+    for cfg in candidate_configs(m, n, k, sm_count).values():
+        entry, launches = time_config(cfg, work)
         timed.append(entry)
-        if progress is not None:
-            progress(name, entry)
+        if entry["passed"]:
+            plans[entry["name"]] = launches
+        if progress is not None and "error" not in entry:
+            progress(entry["name"], entry)
     passed = [e for e in timed if e["passed"]]
     if not passed:
         raise RuntimeError(f"no candidate passed verification at {m}x{n}x{k} {dtype_name}")
@@ -116,16 +110,25 @@ def tune_shape(
             "us": best["us"], **graph, "ranked_by": ranked_by, "candidates": timed}  # fmt: skip
 
 
+def time_config(cfg: GemmConfig, work: Workload, rounds: int = 1) -> tuple[dict[str, Any], list[Any]]:
+    """One configuration through the library call at `work`'s shape: planned, verified on NaN-poisoned output
+    and, where it passes, timed queued (the median of `rounds` timings). Returns its entry and its launches;
+    a config this problem cannot take (too many slices of a short K) gives an entry naming the error."""
+    entry: dict[str, Any] = {"name": config_name(cfg), "config": config_fields(cfg)}
+    try:
+        launches = [library.plan(a, b, config=cfg) for a, b in work.problems]
+    except ValueError as error:
+        return {**entry, "passed": False, "error": str(error)}, []
+    entry["passed"] = verify(launches[0], work.expected, launches[0].out).passed
+    if entry["passed"]:
+        entry["us"] = statistics.median(device_us_per_call(launches) for _ in range(rounds))
+    return entry, launches
+
+
 def with_pdl(entry: dict[str, Any], pdl: bool, work: Workload) -> dict[str, Any]:
     """A candidate again with programmatic dependent launch on or off (its prologue overlapping the call
-    before it, or not), verified and timed queued: an entry like the others."""
-    cfg = config_from_fields({**entry["config"], "PDL": int(pdl)})
-    launches = [library.plan(a, b, config=cfg) for a, b in work.problems]
-    timed = {"name": config_name(cfg), "config": config_fields(cfg)}
-    timed["passed"] = verify(launches[0], work.expected, launches[0].out).passed
-    if timed["passed"]:
-        timed["us"] = statistics.median(device_us_per_call(launches) for _ in range(FINAL_ROUNDS))
-    return timed
+    before it, or not): an entry like the others (`time_config`, timed FINAL_ROUNDS times)."""
+    return time_config(config_from_fields({**entry["config"], "PDL": int(pdl)}), work, FINAL_ROUNDS)[0]
 
 
 def graph_contenders(
