@@ -226,17 +226,11 @@ def tune(
 
 
 def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:
-    """Merge `rows` into results/<gpu>/autotune.json: a row per (dtype, m, n, k), this run's replacing an
-    older one; "runs" keeps every run's provenance, "provenance" the latest. Then write the package's table
-    from it (`write_package_table`)."""
-    directory = results.gpu_directory(prov["gpu"])
-    path = directory / f"{TABLE_NAME}.json"
-    old = json.loads(path.read_text()) if path.is_file() else {"rows": [], "runs": []}
-    new_keys = {problem_key(r) for r in rows}
-    run = prov["date"]
-    merged = [r for r in old["rows"] if problem_key(r) not in new_keys] + [{**r, "run": run} for r in rows]
-    saved = results.save(TABLE_NAME, merged, prov, directory, extra={"runs": [*old.get("runs", []), prov]})
-    write_package_table(results.load(TABLE_NAME, directory), table_path(prov["gpu"]))
+    """Merge `rows` into results/<gpu>/autotune.json (`results.save_merged`: a row per (dtype, m, n, k), this
+    run's replacing an older one, "runs" keeping every run's provenance), then write the package's table from
+    it (`write_package_table`)."""
+    saved = results.save_merged(TABLE_NAME, {"rows": list(rows)}, prov)
+    write_package_table(results.load(TABLE_NAME, saved.parent), table_path(prov["gpu"]))
     return saved
 
 

@@ -14,7 +14,7 @@ import shlex
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,27 +132,36 @@ def row_key(row: dict[str, Any]) -> tuple:
     return row["dtype"], row["m"], row.get("n"), row.get("k")
 
 
-def merge_rows(old: Iterable[dict[str, Any]], new: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The old rows that no new row measures again (by `row_key`), in their order, then the new ones."""
+def merge_rows(
+    old: Iterable[dict[str, Any]], new: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], Any] = row_key
+) -> list[dict[str, Any]]:
+    """The old rows that no new row measures again (by `key`), in their order, then the new ones."""
     new = list(new)
-    fresh = {row_key(row) for row in new}
-    return [row for row in old if row_key(row) not in fresh] + new
+    fresh = {key(row) for row in new}
+    return [row for row in old if key(row) not in fresh] + new
 
 
 def save_merged(
-    name: str, sections: dict[str, list[dict[str, Any]]], prov: dict[str, Any], directory: Path | None = None
+    name: str,
+    sections: dict[str, list[dict[str, Any]]],
+    prov: dict[str, Any],
+    directory: Path | None = None,
+    *,
+    key: Callable[[dict[str, Any]], Any] = row_key,
+    dated: str = "run",
 ) -> Path:
     """Merge a run's rows into <directory>/<name>.json, so that runs of parts (a dtype, some shapes) build
     one record: each section ("rows", and others such as the shape table's "block") keeps the old rows this
-    run did not measure again (`merge_rows`); this run's rows carry "run" (its date), "runs" lists every
-    run's provenance (an older record's own provenance first) and "provenance" is this run's."""
+    run did not measure again (`merge_rows` by `key`); this run's rows carry its date (field `dated`),
+    "runs" lists every run's provenance (an older record's own provenance first) and "provenance" is this
+    run's."""
     directory = gpu_directory(prov["gpu"]) if directory is None else directory
     path = directory / f"{name}.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     runs = old.get("runs") or ([old["provenance"]] if "provenance" in old else [])
     merged = {key: value for key, value in old.items() if key not in ("provenance", "runs")}
     for section, rows in sections.items():
-        merged[section] = merge_rows(old.get(section, []), ({**row, "run": prov["date"]} for row in rows))
+        merged[section] = merge_rows(old.get(section, []), ({**row, dated: prov["date"]} for row in rows), key)
     rows = merged.pop("rows", [])
     return save(name, rows, prov, directory, extra={**merged, "runs": [*runs, prov]})
 

@@ -17,7 +17,6 @@ the same kernel interleaved on several streams.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -244,16 +243,11 @@ RECORD = "stability"
 
 
 def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any], directory: Path | None = None) -> Path:
-    """Merge `rows` into results/<gpu>/stability.json: an earlier run's rows of the same stage and kind ("run":
-    "long", "streams", or the library soak's "soak") replaced, the others kept. Each new row names its run's date
-    in "run_date" (rows without one are the first run's); "runs" lists every run's provenance, an older
-    record's own first; "provenance" is this run's."""
-    directory = results.gpu_directory(prov["gpu"]) if directory is None else directory
-    path = directory / f"{RECORD}.json"
-    old = json.loads(path.read_text()) if path.is_file() else {}
-    runs = old.get("runs") or ([old["provenance"]] if "provenance" in old else [])
-    kinds = {(row["stage"], row["run"]) for row in rows}
-    kept = [row for row in old.get("rows", []) if (row.get("stage"), row.get("run")) not in kinds]
-    sections = {key: value for key, value in old.items() if key not in ("provenance", "rows", "runs")}
-    new = [{**row, "run_date": prov["date"]} for row in rows]
-    return results.save(RECORD, kept + new, prov, directory, extra={**sections, "runs": [*runs, prov]})
+    """Merge `rows` into results/<gpu>/stability.json (`results.save_merged`): an earlier run's rows of the same
+    stage and kind ("run": "long", "streams", or the library soak's "soak") replaced, the others kept. Each
+    new row names its run's date in "run_date" (rows without one are the first run's)."""
+    return results.save_merged(RECORD, {"rows": list(rows)}, prov, directory, key=_stage_and_kind, dated="run_date")
+
+
+def _stage_and_kind(row: dict[str, Any]) -> tuple[Any, Any]:
+    return row.get("stage"), row.get("run")
