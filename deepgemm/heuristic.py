@@ -8,8 +8,9 @@ swapped (below), the tokens are wgmma's N in steps of 8: 4 x 200 = 800 rows.
 
 **The space** (`candidates`). The kernel computes A (M', K) times B (N', K)^T. Plain, M' is the problem's M
 (the tokens) and N' its N; swap AB computes C^T, so M' is N (the weight's rows) and N' is M, the tokens on
-wgmma's N. A CTA's tile is BLOCK_M (64 or 128 rows: one or two consumer warpgroups) by BLOCK_N (wgmma's N:
-plain, multiples of 16 up to 256; swapped, multiples of 8). Clusters of CLUSTER_M x CLUSTER_N CTAs (1, 2
+wgmma's N. A CTA's tile is BLOCK_M (64 or 128 rows: one or two consumer warpgroups; 256, two warpgroups of
+two wgmma m64 each, with BLOCK_N at most 128) by BLOCK_N (wgmma's N: plain, multiples of 16 up to 256;
+swapped, multiples of 8). Clusters of CLUSTER_M x CLUSTER_N CTAs (1, 2
 or 4 each, 8 at most) stack tiles along M', sharing the B tile by TMA multicast, and along N', sharing A;
 each CTA loads BLOCK_N / CLUSTER_M rows of B and BLOCK_M / CLUSTER_N of A, whole groups of 8 rows (of 64
 where that operand is MN-major). A cluster's tiles are a *cluster tile*; sm_count // (CLUSTER_M x
@@ -25,15 +26,16 @@ The space is pruned to what can win:
   (the last tile nearly full), plus the widest. 777 tokens in steps of 8: 256, 200 (4 tiles), 160 (5),
   136 (6), 112 (7), 104 (8), 88 (9), 80, 72, 64. A width below 64 only for a dimension below 64 (the
   tokens of a decode step): for a wider one, wider tiles do the same work in fewer, fuller MMAs. BLOCK_M
-  64 only where 128-row tiles as wide as they come leave SMs idle.
+  64 only where 128-row tiles as wide as they come leave SMs idle; 256 where M' spans more than 128 rows.
 - **Clusters** no longer than the tiles they stack (a cluster of two on one row of tiles computes padding).
 - **Split-K** only while the tiles leave half the slots idle and the slices fit in one round (a second,
   partial round is what stream-K evens out), each slice at least MIN_K_TILES_PER_WORKER k-tiles long;
-  **stream-K** only where the last round of tiles is partial.
+  **stream-K** only where the last round of tiles is partial. No split-K under BLOCK_M 256: where tiles
+  are too few to fill the SMs, narrower ones are the cure.
 
-That leaves at most about 1,000 candidates (1 x 4096 x 4096: 210, 4096^3: 552, 777 x 4096 x 4096: 791);
-`choose` prices them in about 5 us each, 1 to 5 ms of pure Python (measured on the development machine),
-once per new shape: a plan is built once per call key.
+That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 777 x 4096 x 4096: 974,
+3889 x 1000 x 1000: 1,231); `choose` prices them in about 5 to 10 us each, 1 to 12 ms of pure Python
+(measured on the development machine), once per new shape: a plan is built once per call key.
 
 **The model** (`estimate_us`) prices a configuration as the persistent kernel runs it:
 
@@ -114,7 +116,9 @@ from deepgemm.model import (
 # ---- the kernel's space ------------------------------------------------------------------------------------
 BLOCK_K = 64  # one 128-byte swizzle row of 2-byte elements
 BLOCK_M_STEP = 64  # the rows of one consumer warpgroup's wgmma m64
-MAX_BLOCK_M = 128  # two consumer warpgroups
+MAX_BLOCK_M = 128  # two consumer warpgroups of one wgmma m64: the kernel's default
+WIDE_BLOCK_M = 256  # two consumer warpgroups of two wgmma m64 ...
+WIDE_MAX_BLOCK_N = 128  # ... holding 2 x BLOCK_N / 2 fp32 accumulators per thread: 128 at most, as m64n256
 BLOCK_N_STEP = {False: 16, True: 8}  # plain: the epilogue's store steps; swapped (C from registers): wgmma's 8
 MAX_BLOCK_N = 256  # wgmma's widest N
 NARROW_BLOCK_N = 64  # narrower only for a dimension narrower than this: else wider tiles do the same in fewer MMAs
@@ -211,17 +215,18 @@ def tiling_of(cfg: GemmConfig) -> Tiling:
 
 
 def config_name(cfg: GemmConfig) -> str:
-    """A config as a short label: '[swap ][m64 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}] s{SPLIT_K}|sk{STREAM_K}
+    """A config as a short label: '[swap ][m64 |m256 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}] s{SPLIT_K}|sk{STREAM_K}
     st{NUM_STAGES}', e.g. 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8' (CLUSTER_N only when above one)."""
     t = tiling_of(cfg)
-    front = ("swap " if t.swap_ab else "") + ("m64 " if t.block_m == 64 else "")
+    front = ("swap " if t.swap_ab else "") + ("" if t.block_m == MAX_BLOCK_M else f"m{t.block_m} ")
     cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "")
     schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
     pdl = " pdl" if cfg.extra.get("PDL") else ""  # launched with programmatic dependent launch
-    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pdl}"
+    jit = " jit" if cfg.extra.get("SHAPE_JIT") else ""  # the weight's N and K compiled in
+    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pdl}{jit}"
 
 
-NAME = re.compile(r"(swap )?(m64 )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?")
+NAME = re.compile(r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?( jit)?")
 
 
 def config_from_name(name: str) -> GemmConfig:
@@ -229,11 +234,11 @@ def config_from_name(name: str) -> GemmConfig:
     found = NAME.fullmatch(name)
     if found is None:
         raise ValueError(f"{name!r} is not a config name such as 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8'")
-    swap, m64, block_n, cluster_m, cluster_n, split, stream, stages, pdl = found.groups()
+    swap, block_m, block_n, cluster_m, cluster_n, split, stream, stages, pdl, jit = found.groups()
     return config_from_fields({
-        "block_m": 64 if m64 else 128, "block_n": int(block_n), "num_stages": int(stages),
+        "block_m": int(block_m or MAX_BLOCK_M), "block_n": int(block_n), "num_stages": int(stages),
         "CLUSTER_M": int(cluster_m), "CLUSTER_N": int(cluster_n or 1), "SPLIT_K": int(split or 1),
-        "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)), "PDL": int(bool(pdl)),
+        "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)), "PDL": int(bool(pdl)), "SHAPE_JIT": int(bool(jit)),
     })  # fmt: skip
 
 
@@ -241,8 +246,13 @@ def max_stages(block_n: int, block_m: int = 128, swap_ab: bool = False) -> int:
     """As many pipeline stages of a BLOCK_M x 64 A tile, a BLOCK_N x 64 B tile and their two barriers as fit
     beside the epilogue's store boxes (swapped, none) and the alignment slack; MAX_STAGES at most."""
     stage = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES + BARRIER_BYTES
-    epilogue = 0 if swap_ab else block_m // BLOCK_M_STEP * EPILOGUE_BYTES_PER_WARPGROUP
+    epilogue = 0 if swap_ab else consumers(block_m) * EPILOGUE_BYTES_PER_WARPGROUP
     return min(MAX_STAGES, (SMEM_BYTES - epilogue - ALIGN_BYTES) // stage)
+
+
+def consumers(block_m: int) -> int:
+    """The kernel's consumer warpgroups for a BLOCK_M: 64 rows each, or 128 (two m64) at WIDE_BLOCK_M."""
+    return min(block_m // BLOCK_M_STEP, MAX_BLOCK_M // BLOCK_M_STEP)
 
 
 # ---- the model ---------------------------------------------------------------------------------------------
@@ -374,16 +384,20 @@ def tight_widths(d: int, step: int, narrowest: int, widest: int) -> list[int]:
 
 def block_ms(rows: int, columns: int, sm_count: int) -> list[int]:
     """BLOCK_M for a kernel M' x N' of rows x columns: 128, and 64 (one consumer warpgroup, half the MMAs per
-    B tile loaded) where it is tight and 128-row tiles as wide as they come leave SMs idle."""
+    B tile loaded) where it is tight and 128-row tiles as wide as they come leave SMs idle; 256 where M' is
+    more than one 128-row tile (each B tile then feeds twice the MMAs)."""
     widths = tight_widths(rows, BLOCK_M_STEP, BLOCK_M_STEP, MAX_BLOCK_M)
     few = ceil_div(rows, MAX_BLOCK_M) * ceil_div(columns, MAX_BLOCK_N) < sm_count
-    return widths if few or widths == [BLOCK_M_STEP] else [MAX_BLOCK_M]
+    narrow = widths if few or widths == [BLOCK_M_STEP] else [MAX_BLOCK_M]
+    return [*narrow, WIDE_BLOCK_M] if rows > MAX_BLOCK_M else narrow  # among equals, the narrower first
 
 
-def block_ns(d: int, swap_ab: bool) -> list[int]:
-    """BLOCK_N for a kernel N' of d: the tight widths, below NARROW_BLOCK_N only where d is."""
+def block_ns(d: int, swap_ab: bool, block_m: int = MAX_BLOCK_M) -> list[int]:
+    """BLOCK_N for a kernel N' of d: the tight widths, below NARROW_BLOCK_N only where d is, at most
+    WIDE_MAX_BLOCK_N under a WIDE_BLOCK_M."""
     step = BLOCK_N_STEP[swap_ab]
-    return tight_widths(d, step, step if d < NARROW_BLOCK_N else NARROW_BLOCK_N, MAX_BLOCK_N)
+    widest = WIDE_MAX_BLOCK_N if block_m == WIDE_BLOCK_M else MAX_BLOCK_N
+    return tight_widths(d, step, step if d < NARROW_BLOCK_N else NARROW_BLOCK_N, widest)
 
 
 def clusters(block_m: int, block_n: int, rows: int, columns: int) -> list[tuple[int, int]]:
@@ -414,12 +428,12 @@ def tilings(m: int, n: int, k: int, sm_count: int, swap_ab: bool) -> list[Tiling
     rows_of_m, columns_of_n = kernel_dims(m, n, swap_ab)
     found = []
     for block_m in block_ms(rows_of_m, columns_of_n, sm_count):
-        for block_n in block_ns(columns_of_n, swap_ab):
+        for block_n in block_ns(columns_of_n, swap_ab, block_m):
             rows, columns = ceil_div(rows_of_m, block_m), ceil_div(columns_of_n, block_n)
             for cm, cn in clusters(block_m, block_n, rows, columns):
                 tiles, free = ceil_div(rows, cm) * ceil_div(columns, cn), sm_count // (cm * cn)
-                found += [Tiling(block_m, block_n, cm, cn, split_k=s, swap_ab=swap_ab)
-                          for s in useful_splits(tiles, k, free)]  # fmt: skip
+                splits = useful_splits(tiles, k, free) if block_m < WIDE_BLOCK_M else [1]  # (module docstring)
+                found += [Tiling(block_m, block_n, cm, cn, split_k=s, swap_ab=swap_ab) for s in splits]
                 found += [Tiling(block_m, block_n, cm, cn, stream_k=s, swap_ab=swap_ab)
                           for s in useful_stream_ks(tiles, free)]  # fmt: skip
     return found
@@ -534,12 +548,13 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
         "STREAM_K": t.stream_k,
         "SWAP_AB": int(t.swap_ab),
         "PDL": int(cfg.extra.get("PDL", 0)),
+        **({"SHAPE_JIT": 1} if cfg.extra.get("SHAPE_JIT") else {}),  # [11] only where set: older rows read alike
     }
 
 
 def config_from_fields(fields: dict[str, int]) -> GemmConfig:
-    """A table's fields as a config (STREAM_K and SWAP_AB only where set, so tables written before them read
-    as they were)."""
+    """A table's fields as a config (STREAM_K, SWAP_AB, PDL and SHAPE_JIT only where set, so tables written
+    before them read as they were)."""
     extra = {name: int(fields.get(name, 1)) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
     if fields.get("STREAM_K"):
         extra["STREAM_K"] = int(fields["STREAM_K"])
@@ -547,6 +562,8 @@ def config_from_fields(fields: dict[str, int]) -> GemmConfig:
         extra["SWAP_AB"] = 1
     if fields.get("PDL"):
         extra["PDL"] = 1
+    if fields.get("SHAPE_JIT"):
+        extra["SHAPE_JIT"] = 1
     block_m = int(fields.get("block_m", 128))
     return GemmConfig(
         block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra

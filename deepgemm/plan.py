@@ -35,7 +35,7 @@ from deepgemm.driver import (
 from deepgemm.dtypes import FLOAT32, OUTPUT_DTYPES, dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.frameworks import Cupy, Torch
-from deepgemm.heuristic import pick_config
+from deepgemm.heuristic import WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, pick_config
 from deepgemm.jit import LIBRARY_KERNEL, get_kernel, launch_facts
 from deepgemm.model import (
     balanced_workers,
@@ -74,16 +74,19 @@ DEFAULTS = GemmConfig(
         "STREAM_K": 0,
         "SWAP_AB": 0,
         "PDL": 0,
+        "SHAPE_JIT": 0,
     },
 )
+BLOCK_MS = (64, 128, 256)  # [7] consumer warpgroups x wgmma m64: one, two, or two of two m64 each
 BLOCK_NS = tuple(range(16, 257, 16))  # [7] wgmma's N, 16 columns per stmatrix of the epilogue
 SWAP_BLOCK_NS = tuple(range(8, 257, 8))  # [8] C's rows as wgmma's N: any multiple of 8
 CLUSTER_SIDES = (1, 2, 4)  # [9] CTAs along either side of a cluster ...
 MAX_CLUSTER = 8  # ... and in all: the portable cluster size
 BOX_ROW_MULTIPLE = 8  # a CTA's part of a tile is whole 8-row groups of the 128B swizzle (1024 bytes)
 STREAM_K_ROUNDS = (0, 1, 2)  # [6] 0 off; else the rounds the cut part spans (model.stream_k_schedule)
-# The plan's schedule (the kernel only needs PARTIAL_TILES) and how it launches: never compiled in.
-HOST_ONLY_KNOBS = ("SPLIT_K", "STREAM_K", "PDL")
+# The plan's schedule (the kernel only needs PARTIAL_TILES), how it launches, and [11] whether it compiles the
+# weight's dimensions in (FIXED_M or FIXED_N, and FIXED_K, `shape_defines`): never compiled in as they are.
+HOST_ONLY_KNOBS = ("SPLIT_K", "STREAM_K", "PDL", "SHAPE_JIT")
 DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}  # the OUT_DTYPE and BIAS_DTYPE defines
 
 
@@ -110,7 +113,11 @@ def check_config(cfg: GemmConfig) -> None:
     """The tile and cluster the kernel is written for: ValueError names the knob and why."""
     swap = cfg.value("SWAP_AB")
     require_in(cfg, "SWAP_AB", (0, 1), "1 computes C^T = b^T a^T, C's rows as wgmma's N")
-    require_wgmma_tile(cfg, block_n=SWAP_BLOCK_NS if swap else BLOCK_NS, block_m=(64, 128))
+    require_wgmma_tile(cfg, block_n=SWAP_BLOCK_NS if swap else BLOCK_NS, block_m=BLOCK_MS)
+    block_n = cfg.value("BLOCK_N")
+    if cfg.value("BLOCK_M") == WIDE_BLOCK_M and block_n > WIDE_MAX_BLOCK_N:
+        raise ValueError(f"BLOCK_M = {WIDE_BLOCK_M} takes BLOCK_N up to {WIDE_MAX_BLOCK_N}, not {block_n}: each "
+                         "consumer thread holds two wgmma m64 fragments of BLOCK_N / 2 fp32 accumulators")  # fmt: skip
     require_in(cfg, "CLUSTER_M", CLUSTER_SIDES, "CTAs per cluster sharing B through TMA multicast")
     require_in(cfg, "CLUSTER_N", CLUSTER_SIDES, "CTAs per cluster sharing A through TMA multicast")
     cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
@@ -128,6 +135,7 @@ def check_config(cfg: GemmConfig) -> None:
         raise ValueError(f"SPLIT_K = {split} must be a positive number of slices of K")
     require_in(cfg, "STREAM_K", STREAM_K_ROUNDS, "0 off, else the rounds of tiles stream-K cuts along K")
     require_in(cfg, "PDL", (0, 1), "1 launches with programmatic dependent launch")
+    require_in(cfg, "SHAPE_JIT", (0, 1), "1 compiles the weight's N and K into the kernel")
     if split > 1 and cfg.value("STREAM_K"):
         raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
                          "the other, not both")  # fmt: skip
@@ -346,6 +354,7 @@ def _build(
     defines = {
         **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
         "B_MN_MAJOR": int(operands[1].mn_major), **epilogue_defines(bias, act, out_dtype),
+        **shape_defines(cfg, swap, m, n, p.k),
     }  # fmt: skip
     require_at_most("dynamic shared memory", tile_smem_bytes(cfg), device_limits(device).smem_per_block_optin,
                     "shared memory per block")  # fmt: skip
@@ -441,6 +450,15 @@ def kernel_defines(cfg: GemmConfig) -> dict[str, int]:
     defines = {name: value for name, value in cfg.defines().items() if name not in HOST_ONLY_KNOBS}
     cuts = cfg.extra.get("SPLIT_K", 1) > 1 or cfg.extra.get("STREAM_K", 0) > 0
     return {**defines, "PARTIAL_TILES": int(cuts)}
+
+
+def shape_defines(cfg: GemmConfig, swap: bool, m: int, n: int, k: int) -> dict[str, int]:
+    """[11] With SHAPE_JIT, the weight's dimensions compiled into the kernel, as the seed's per-shape JIT does:
+    K and the weight's rows (the kernel's N' plain, its M' swapped), so that a model's layer compiles once
+    whatever its tokens; `m` and `n` are the kernel's M' and N'."""
+    if not cfg.value("SHAPE_JIT"):
+        return {}
+    return {"FIXED_K": k, **({"FIXED_M": m} if swap else {"FIXED_N": n})}
 
 
 def require_hopper(device: int) -> None:

@@ -461,3 +461,63 @@ def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrot
     got, want = x.astype(cupy.float64), expected.astype(cupy.float64)
     rel = float(cupy.linalg.norm(got - want) / cupy.linalg.norm(want))
     assert rel < 5e-2, f"relative error {rel:.3g} after 20 chained launches"  # bf16 rounding: about 1e-2; a race: ~1
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_256_row_tiles_match_reference_in_every_orientation_layout_and_schedule(dtype):
+    """[7] BLOCK_M 256 (two consumer warpgroups of two wgmma m64 each, BLOCK_N up to 128): plain and swapped,
+    clusters multicasting either operand, whole tiles, stream-K (a strip counter per 16 rows of each
+    fragment) and split-K, at tails in every dimension (a tile whose second fragment is past M), b in both
+    layouts where the tile allows."""
+    from deepgemm.config import GemmConfig
+
+    launcher = stage_or_skip(LIBRARY)
+    tiles = ((128, 2, 1, {}), (128, 1, 2, {"STREAM_K": 1}), (64, 1, 1, {"SPLIT_K": 3}), (112, 2, 2, {"STREAM_K": 2}),
+             (96, 4, 1, {}), (128, 1, 4, {}))  # fmt: skip
+    configs = [GemmConfig(block_m=256, block_n=bn, num_stages=4,
+                          extra={"SWAP_AB": swap, "CLUSTER_M": cm, "CLUSTER_N": cn, **cut})
+               for bn, cm, cn, cut in tiles for swap in (0, 1)]  # fmt: skip
+    shapes = ((300, 520, 200), (777, 2112, 1000), (1000, 300, 72), (129, 1000, 136))
+    failures = _failures_over(launcher, configs, shapes, dtype, seed=5000, layouts=("k", "mn"))
+    assert not failures, "\n".join(failures)
+
+
+def test_library_256_row_tiles_fuse_the_epilogue_and_repeat_bit_for_bit_under_stream_k():
+    """[7] [6] BLOCK_M 256 with bias and GELU into fp16 and fp32, then a stream-K plan again and again: every
+    result bit-identical to the first."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16, FLOAT32
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    a, b = random_problem(1333, 1000, 1040, BFLOAT16, seed=51)
+    bias = _bias(1000, FLOAT32, seed=51)
+    for swap in (0, 1):
+        for out_dtype in (None, FLOAT32):
+            config = GemmConfig(block_m=256, block_n=128, num_stages=4,
+                                extra={"CLUSTER_M": 2, "STREAM_K": 1, "SWAP_AB": swap})  # fmt: skip
+            launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+            stats = verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out)
+            assert stats.passed, f"swap {swap} out {out_dtype}: {stats.summary()}"
+            first = launch().copy()
+            for _ in range(3):
+                assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "not deterministic"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_shape_jit_compiles_the_weights_dimensions_in_and_matches_reference(dtype):
+    """[11] SHAPE_JIT: K and the weight's rows compiled into the kernel (plain its N', swapped its M'), at tails
+    in every dimension, whole tiles, stream-K and split-K, b in both layouts."""
+    from deepgemm.config import GemmConfig
+
+    launcher = stage_or_skip(LIBRARY)
+    tiles = ((128, 256, {"CLUSTER_M": 2}), (64, 144, {"CLUSTER_M": 2, "STREAM_K": 1}),
+             (128, 40, {"SWAP_AB": 1, "CLUSTER_N": 2}), (64, 8, {"SWAP_AB": 1, "SPLIT_K": 4, "CLUSTER_M": 1}),
+             (256, 128, {"CLUSTER_M": 1, "STREAM_K": 1}))  # fmt: skip
+    configs = [GemmConfig(block_m=bm, block_n=bn, num_stages=4, extra={**extra, "SHAPE_JIT": 1})
+               for bm, bn, extra in tiles]  # fmt: skip
+    shapes = ((1, 1000, 520), (33, 2112, 1000), (777, 1032, 136))
+    failures = _failures_over(launcher, configs, shapes, dtype, seed=6000, layouts=("k", "mn"))
+    assert not failures, "\n".join(failures)

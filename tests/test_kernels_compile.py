@@ -373,6 +373,47 @@ def test_library_block_m_64_runs_one_consumer_warpgroup(block_n):
         assert facts.smem_bytes == tile_smem_bytes(cfg) + store_staging_bytes(1) + ALIGNMENT_SLACK_BYTES
 
 
+
+WIDE_TILE_BUILDS = [(128, {}), (64, {"SWAP_AB": 1}), (128, {"PARTIAL_TILES": 1, "CLUSTER_M": 2}),
+                    (128, {"A_MN_MAJOR": 1, "B_MN_MAJOR": 1, "CLUSTER_N": 2, "CLUSTER_M": 1})]
+
+
+@pytest.mark.parametrize(("block_n", "knobs"), WIDE_TILE_BUILDS)
+def test_library_block_m_256_runs_two_wgmma_m64_per_consumer_warpgroup(block_n, knobs):
+    """[7] BLOCK_M 256: 384 threads (a producer and two consumers, as at 128), eight wgmma m64 per k-tile (two
+    per k16 step, the second 64 rows further into A), no spills, and two consumers' store boxes."""
+    for bf16 in (False, True):
+        defines = launcher_defines(LIBRARY, bf16, BLOCK_M=256, BLOCK_N=block_n, NUM_STAGES=4, **knobs)
+        report = compiled(LIBRARY, defines)
+        _fits(report, (bf16, block_n, knobs))
+        assert len(re.findall(rf"HGMMA\.64x{block_n}x16\.F32", sass(LIBRARY, defines))) == 8
+        facts = report.launch_facts()
+        assert facts.threads == 384
+        cfg = GemmConfig(block_m=256, block_n=block_n, num_stages=4).merged_over(stages.load(LIBRARY).DEFAULTS)
+        epilogue = 0 if knobs.get("SWAP_AB") else store_staging_bytes(2)
+        assert facts.smem_bytes == tile_smem_bytes(cfg) + epilogue + ALIGNMENT_SLACK_BYTES
+
+
+def test_library_block_m_256_refuses_a_tile_wider_than_128():
+    """[7] Two m64n256 fragments would be 256 accumulators per thread: the kernel refuses it by name."""
+    with pytest.raises(Exception, match="BLOCK_N <= 128"):
+        compiled(LIBRARY, launcher_defines(LIBRARY, False, BLOCK_M=256, BLOCK_N=256, NUM_STAGES=3))
+
+
+@pytest.mark.parametrize("swap", [0, 1])
+def test_library_shape_jit_folds_the_weights_dimensions_into_fewer_instructions(swap):
+    """[11] FIXED_N (plain) or FIXED_M (swapped) and FIXED_K: the same wgmma, no spills, and a shorter kernel
+    than the one that reads them as parameters (the tile counts and the scheduler's divisions fold)."""
+    knobs = {"SWAP_AB": swap, "PARTIAL_TILES": 1, "BLOCK_N": 64 if swap else 256}
+    fixed = {"FIXED_M" if swap else "FIXED_N": 4096, "FIXED_K": 4096}
+    runtime, jit = (launcher_defines(LIBRARY, False, **knobs, **extra) for extra in ({}, fixed))
+    _fits(compiled(LIBRARY, jit), fixed)
+    count = [len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", function_sass(sass(LIBRARY, d), "gemm_kernel"), re.M))
+             for d in (runtime, jit)]
+    assert 0 < count[1] < 0.9 * count[0], count
+    assert re.findall(r"HGMMA\.[\w.]+", sass(LIBRARY, runtime)) == re.findall(r"HGMMA\.[\w.]+", sass(LIBRARY, jit))
+
+
 def _accumulators(defines) -> int:
     """fp32 accumulators per consumer thread: a warpgroup's 64 x BLOCK_N over its 128 threads."""
     return 64 * dict(defines)["BLOCK_N"] // 128

@@ -1,7 +1,7 @@
 // The library's kernel: what deepgemm.gemm runs on sm_90a (deepgemm/plan.py plans it). It is v5_fused, the
 // tutorial's last stage ([1] persistent tiles, [2] clusters with TMA multicast, [3] one wgmma batch in
 // flight, [4] the fused epilogue with TMA stores), grown for the shapes models run, each addition a block
-// marked [5] to [10]; `python -m tutorial diff library` shows them against stages/v5_fused/kernel.cu:
+// marked [5] to [11]; `python -m tutorial diff library` shows them against stages/v5_fused/kernel.cu:
 //   [5] either operand in either layout (A_MN_MAJOR, B_MN_MAJOR): an operand stored with M (or N)
 //       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
 //       transpose bit tells the tensor cores it is MN-major; no copy on the host.
@@ -11,8 +11,8 @@
 //       Each warp writes its part's fp32 partial and counts itself in; the warp that arrives last adds
 //       all parts in worker order and runs the epilogue: one kernel, and a result that is the same from
 //       run to run whichever part finished last.
-//   [7] a tile for the shape: BLOCK_M 64 or 128 (one or two consumer warpgroups), BLOCK_N any multiple
-//       of 16 up to 256 (8 when swapped: wgmma m64nNk16 takes every multiple of 8), so that the last tile
+//   [7] a tile for the shape: BLOCK_M 64, 128 or 256 (one or two consumer warpgroups, 256 rows as two
+//       wgmma m64 each, BLOCK_N at most 128), BLOCK_N any multiple of 16 up to 256 (8 when swapped: wgmma m64nNk16 takes every multiple of 8), so that the last tile
 //       is nearly full, with the pipeline depth, cluster and split the library call picks per problem
 //       (an autotune table, else a cost model); any output type (OUT_DTYPE), a bias in its own type
 //       (BIAS_DTYPE) and four activations.
@@ -23,6 +23,8 @@
 //       neighbouring tile columns share A, those on neighbouring tile rows B, each loading a part.
 //  [10] programmatic dependent launch: the prologue (barriers, tensor maps) overlaps the end of the kernel
 //       before it in the stream, where the plan launches with the attribute.
+//  [11] the per-shape JIT (FIXED_M, FIXED_N, FIXED_K): the weight's dimensions compiled in, so that tile
+//       counts, the scheduler's divisions and the k-loop's bounds are constants; the tokens stay a parameter.
 // v5's ablation switches (WGMMA_IN_FLIGHT, TMA_STORE) and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
@@ -90,7 +92,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #endif
 
 #ifndef BLOCK_M
-#define BLOCK_M 128    // consumer warpgroups x the 64 rows of one wgmma m64; [7] 64 or 128
+#define BLOCK_M 128    // consumer warpgroups x the 64 rows of one wgmma m64; [7] 64, 128 or 256
 #endif
 #ifndef BLOCK_N
 #define BLOCK_N 256    // the N of wgmma m64nNk16: N / 2 fp32 accumulators per consumer thread; [7] 16 to 256
@@ -125,9 +127,23 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // [9] CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
+#ifndef FIXED_M
+#define FIXED_M 0      // [11] the kernel's M' (swapped: the weight's N), compiled in; 0: the parameter M
+#endif
+#ifndef FIXED_N
+#define FIXED_N 0      // [11] the kernel's N' (plain: the weight's N), compiled in; 0: the parameter N
+#endif
+#ifndef FIXED_K
+#define FIXED_K 0      // [11] K compiled in; 0: the parameter K
+#endif
 #define C_BY_POINTER SWAP_AB  // no map of C: [8] none describes C transposed
-constexpr int WG_ROWS = 64;       // rows of C per consumer warpgroup: the M of every wgmma
-constexpr int NUM_CONSUMERS = BLOCK_M / WG_ROWS;    // consumer warpgroups; each releases a stage once per warp
+constexpr int WG_ROWS = 64;       // rows of C per wgmma: its M
+// [7] Consumer warpgroups; each releases a stage once per warp. Two at most: 40 + 2 x 232 registers per
+// thread fill the SM's 512, so 256 rows are two warpgroups of two m64 wgmma each (BLOCK_N x 2 / 2 fp32
+// accumulators per thread, 128 at BLOCK_N 128, as many as one m64n256).
+constexpr int NUM_CONSUMERS = BLOCK_M == 256 ? 2 : BLOCK_M / WG_ROWS;
+constexpr int CONSUMER_ROWS = BLOCK_M / NUM_CONSUMERS;  // rows of C per consumer warpgroup
+constexpr int M_WGMMAS = CONSUMER_ROWS / WG_ROWS;       // [7] wgmma m64 per k16 step and consumer: 1 or 2
 constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces, warpgroups 1 (and 2) consume
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
@@ -148,6 +164,7 @@ constexpr int MN_BOX_BYTES = BLOCK_K * SWIZZLE_ROW_BYTES;              // 8 KB
 constexpr int K_MAJOR_STEP = 16 * (int)sizeof(elem_t) / 16, MN_MAJOR_STEP = 16 * SWIZZLE_ROW_BYTES / 16;
 constexpr int A_K_STEP = A_MN_MAJOR ? MN_MAJOR_STEP : K_MAJOR_STEP;
 constexpr int B_K_STEP = B_MN_MAJOR ? MN_MAJOR_STEP : K_MAJOR_STEP;
+constexpr int WG_A_STEP = WG_ROWS * SWIZZLE_ROW_BYTES / 16;  // [7] the next wgmma m64's rows of A: 8 KB on
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
 // Epilogue staging: each consumer warp owns 16 rows of C and stores them as boxes of 16 rows x 128 bytes
@@ -164,7 +181,8 @@ constexpr int EPI_BUFFERS = 2;                                      // per warp:
 constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = EPI_ROW_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32) for 128 bytes
 
-static_assert(BLOCK_M == 64 || BLOCK_M == 128, "[7] one or two consumer warpgroups of 64 rows");
+static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "[7] one or two consumer warpgroups of 64 or 128 rows");
+static_assert(M_WGMMAS * BLOCK_N <= 256, "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
               && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
@@ -682,7 +700,7 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 }
 
 // [6] A tile cut between workers, summed without a second kernel. A consumer warp owns a strip of 16 rows
-// of its tile (STRIPS_PER_TILE strips per cluster tile); for each part it writes the strip's fp32 partial
+// of each of its fragments (STRIPS_PER_TILE strips per cluster tile); for each part it writes the strip's fp32 partial
 // to the part's slot, worker + cut tile index (distinct for every part of every cut tile: a later worker
 // starts after an earlier one, a later tile after an earlier one), in the accumulator fragment's own order
 // (pair p of lane l at float2 index p * 32 + l, so each store instruction covers 256 contiguous bytes),
@@ -691,7 +709,7 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 // the others, so the sum rounds the same way whichever part finished last, and returns true to run the
 // epilogue. It also puts the counter back to 0 for the next launch. The other warps return false and go
 // on to their next segment: nobody waits. `rows` is how many of the strip's rows are inside C.
-constexpr int STRIPS_PER_TILE = CLUSTER_SIZE * NUM_CONSUMERS * 4;
+constexpr int STRIPS_PER_TILE = CLUSTER_SIZE * BLOCK_M / 16;  // 16 rows per strip
 template <int N_ACC>
 __device__ __forceinline__ bool partial_sum_if_last(float (&acc)[N_ACC], float* partials, unsigned* counters,
                                                     int cut_tile, int worker, int first, int last, int strip,
@@ -818,6 +836,11 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long full_bar[NUM_STAGES];
     __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];
+    // [11] A dimension compiled in replaces its parameter (the plan passes the same value): every expression
+    // of it below folds at compile time.
+    if (FIXED_M) M = FIXED_M;
+    if (FIXED_N) N = FIXED_N;
+    if (FIXED_K) K = FIXED_K;
 
     const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
     const int tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
@@ -920,17 +943,17 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // This warp's two store boxes (none where C goes by pointer); the chunk counter runs on across tiles.
         [[maybe_unused]] const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         [[maybe_unused]] int epi_chunk = 0;
-        float acc[BLOCK_N / 2];
+        float acc[M_WGMMAS][BLOCK_N / 2];  // [7] a fragment per wgmma m64: the consumer's rows 64 mi to 64 mi + 63
 
-        // The main loop's operands, built once. Stage 0's descriptors: this consumer's 64 rows of A are
-        // 64 x 128 bytes (8 swizzle patterns) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
+        // The main loop's operands, built once. Stage 0's descriptors: this consumer's rows of A start
+        // CONSUMER_ROWS x 128 bytes (8 swizzle patterns per 64 rows) into the A tile; SBO = 1024 bytes (8 rows x 128 B) between
         // 8-row groups; LBO unused for this layout (16 B, field value 1). Another stage or k16 step only
         // moves the start address, the descriptor's low 14 bits in 16-byte units, so the loop adds to
         // these instead of rebuilding them: half the main loop's instructions, and on this power-capped
         // card instructions cost clock. [5] MN-major, SBO = 1024 bytes is the step between 8-row groups
         // along K and LBO = 8 KB the step between 64-wide boxes along M or N.
         const unsigned long long desc_a0 =
-            make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, A_MN_MAJOR ? MN_BOX_BYTES : 16,
+            make_smem_desc(smem_base + consumer * CONSUMER_ROWS * SWIZZLE_ROW_BYTES, A_MN_MAJOR ? MN_BOX_BYTES : 16,
                            8 * SWIZZLE_ROW_BYTES);
         const unsigned long long desc_b0 =
             make_smem_desc(smem_base + A_TILE_BYTES, B_MN_MAJOR ? MN_BOX_BYTES : 16, 8 * SWIZZLE_ROW_BYTES);
@@ -961,9 +984,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     // by 32 bytes (2 in the descriptor); the hardware applies the same XOR as TMA, from
                     // the address bits. [5] MN-major, it is rows 16kk to 16kk + 15 of each box: 2 KB on.
                     // A tile's first step overwrites acc (scale-d 0) instead of adding.
+                    // [7] The second m64 of a 128-row consumer is 64 rows (8 KB) further into the A tile,
+                    // in either layout: an MN-major box is 64 rows of M too.
                     const unsigned long long step_a = stage_desc + kk * A_K_STEP, step_b = stage_desc + kk * B_K_STEP;
-                    wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(acc, desc_a0 + step_a, desc_b0 + step_b,
-                                                                     ((k_tile - seg.k_begin) | kk) != 0);
+#pragma unroll
+                    for (int mi = 0; mi < M_WGMMAS; ++mi)
+                        wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(
+                            acc[mi], desc_a0 + step_a + mi * WG_A_STEP, desc_b0 + step_b, ((k_tile - seg.k_begin) | kk) != 0);
                 }
                 wgmma_commit_group();
                 // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
@@ -976,104 +1003,109 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             }
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
             if (lane == 0) release_stage(empty_bar0, prev_stage);
-            acc_register_fence(acc);
+#pragma unroll
+            for (int mi = 0; mi < M_WGMMAS; ++mi) acc_register_fence(acc[mi]);
 
-            // ---- [4] epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -------
-            // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (epi_swizzle: the
-            // layout the map's swizzle expects), then one lane stores the box with TMA and the warp moves
-            // on without waiting for it.
-            const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
+            // [7] Fragment by fragment: consumer rows 64 mi to 64 mi + 63.
+#pragma unroll
+            for (int mi = 0; mi < M_WGMMAS; ++mi) {
+                // ---- [4] epilogue: out = act(alpha * acc + bias[col]) in fp32, one rounding, TMA stores -------
+                // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (epi_swizzle: the
+                // layout the map's swizzle expects), then one lane stores the box with TMA and the warp moves
+                // on without waiting for it.
+                const int warp_row0 = tile_m * BLOCK_M + consumer * CONSUMER_ROWS + mi * WG_ROWS + warp * EPI_ROWS;
 #if PARTIAL_TILES
-            // [6] A cut tile is left to the last of its parts to finish, strip by strip. A strip past M still
-            // counts in (with nothing to store): a branch around it costs the main loop its uniform-register
-            // descriptors.
-            if (seg.tile >= sched.dp_tiles) {
-                const int cut_tile = seg.tile - sched.dp_tiles;
-                int first, last;
-                cut_parts(sched, cut_tile, first, last);
-                const int strip = (rank * NUM_CONSUMERS + consumer) * 4 + warp;
-                if (first != last && !partial_sum_if_last(acc, partials, counters, cut_tile, walk.u - sched.dp_tiles,
-                                                          first, last, strip, M - warp_row0, lane))
-                    continue;
-            }
+                // [6] A cut tile is left to the last of its parts to finish, strip by strip. A strip past M still
+                // counts in (with nothing to store): a branch around it costs the main loop its uniform-register
+                // descriptors.
+                if (seg.tile >= sched.dp_tiles) {
+                    const int cut_tile = seg.tile - sched.dp_tiles;
+                    int first, last;
+                    cut_parts(sched, cut_tile, first, last);
+                    const int strip = ((rank * NUM_CONSUMERS + consumer) * M_WGMMAS + mi) * 4 + warp;
+                    if (first != last && !partial_sum_if_last(acc[mi], partials, counters, cut_tile, walk.u - sched.dp_tiles,
+                                                              first, last, strip, M - warp_row0, lane))
+                        continue;
+                }
 #endif
 #if SWAP_AB
-            // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
-            // out_t at C(c, r). The 8 lanes with the same lane % 4 hold 8 neighbouring columns of one row
-            // of C, so each store instruction writes 4 runs of 8 contiguous elements.
+                // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
+                // out_t at C(c, r). The 8 lanes with the same lane % 4 hold 8 neighbouring columns of one row
+                // of C, so each store instruction writes 4 runs of 8 contiguous elements.
 #pragma unroll
-            for (int j = 0; j < BLOCK_N / 8; ++j) {
+                for (int j = 0; j < BLOCK_N / 8; ++j) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = warp_row0 + lane / 4 + 8 * h;
-                    const float row_bias = HAS_BIAS && row < M ? load_bias(bias, row) : 0.0f;
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = warp_row0 + lane / 4 + 8 * h;
+                        const float row_bias = HAS_BIAS && row < M ? load_bias(bias, row) : 0.0f;
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4) + e;
-                        if (row < M && col < N)
-                            store_out(c_out + (long long)col * ldc + row,
-                                      epilogue_value(acc[4 * j + 2 * h + e], alpha, row_bias));
+                        for (int e = 0; e < 2; ++e) {
+                            const int col = tile_n * BLOCK_N + 8 * j + 2 * (lane % 4) + e;
+                            if (row < M && col < N)
+                                store_out(c_out + (long long)col * ldc + row,
+                                          epilogue_value(acc[mi][4 * j + 2 * h + e], alpha, row_bias));
+                        }
                     }
                 }
-            }
 #else
-            constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
+                constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
 #pragma unroll
-            for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
-                const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
-                // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
-                // newer one may still be reading.
-                if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
-                __syncwarp();
+                for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
+                    const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
+                    // The store that last read this box was issued EPI_BUFFERS chunks ago; at most the
+                    // newer one may still be reading.
+                    if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
+                    __syncwarp();
 #pragma unroll
-                for (int jj = 0; jj < EPI_CHUNK_COLS / 8; jj += 2) {
-                    // Column groups j and j + 1 (8 columns each) of the fragment: for each, rows lane/4
-                    // (h = 0) and lane/4 + 8 (h = 1).
-                    const int j = chunk * (EPI_CHUNK_COLS / 8) + jj;
-                    float bias_lo[2] = {0.0f, 0.0f}, bias_hi[2] = {0.0f, 0.0f};
+                    for (int jj = 0; jj < EPI_CHUNK_COLS / 8; jj += 2) {
+                        // Column groups j and j + 1 (8 columns each) of the fragment: for each, rows lane/4
+                        // (h = 0) and lane/4 + 8 (h = 1).
+                        const int j = chunk * (EPI_CHUNK_COLS / 8) + jj;
+                        float bias_lo[2] = {0.0f, 0.0f}, bias_hi[2] = {0.0f, 0.0f};
 #if HAS_BIAS
 #pragma unroll
-                    for (int t = 0; t < 2; ++t) {
-                        const int col = tile_n * BLOCK_N + 8 * (j + t) + 2 * (lane % 4);
-                        if (col < N) bias_lo[t] = load_bias(bias, col);
-                        if (col + 1 < N) bias_hi[t] = load_bias(bias, col + 1);
-                    }
+                        for (int t = 0; t < 2; ++t) {
+                            const int col = tile_n * BLOCK_N + 8 * (j + t) + 2 * (lane % 4);
+                            if (col < N) bias_lo[t] = load_bias(bias, col);
+                            if (col + 1 < N) bias_hi[t] = load_bias(bias, col + 1);
+                        }
 #endif
 #if OUT_DTYPE != 2
-                    // 16-bit output: one stmatrix writes the four 8x8 matrices (j, h = 0), (j, h = 1),
-                    // (j + 1, h = 0), (j + 1, h = 1); lane l addresses row l % 8 of matrix l / 8.
-                    unsigned packed[4];
+                        // 16-bit output: one stmatrix writes the four 8x8 matrices (j, h = 0), (j, h = 1),
+                        // (j + 1, h = 0), (j + 1, h = 1); lane l addresses row l % 8 of matrix l / 8.
+                        unsigned packed[4];
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int t = q / 2, h = q % 2;
-                        packed[q] = pack_out2(epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
-                                              epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
-                    }
-                    const int row = lane % 8 + 8 * ((lane / 8) % 2);
-                    const int group = jj + lane / 16;  // the 16-byte column group within the 128-byte row
-                    stmatrix_x4(box + epi_swizzle(row * EPI_ROW_BYTES + group * 16),
-                                packed[0], packed[1], packed[2], packed[3]);
+                        for (int q = 0; q < 4; ++q) {
+                            const int t = q / 2, h = q % 2;
+                            packed[q] = pack_out2(epilogue_value(acc[mi][4 * (j + t) + 2 * h], alpha, bias_lo[t]),
+                                                  epilogue_value(acc[mi][4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
+                        }
+                        const int row = lane % 8 + 8 * ((lane / 8) % 2);
+                        const int group = jj + lane / 16;  // the 16-byte column group within the 128-byte row
+                        stmatrix_x4(box + epi_swizzle(row * EPI_ROW_BYTES + group * 16),
+                                    packed[0], packed[1], packed[2], packed[3]);
 #else
-                    // fp32 output: each lane writes its column pairs as 8-byte stores.
+                        // fp32 output: each lane writes its column pairs as 8-byte stores.
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int t = q / 2, h = q % 2;
-                        const int row = lane / 4 + 8 * h;
-                        const int byte = (8 * (jj + t) + 2 * (lane % 4)) * (int)sizeof(out_t);
-                        const unsigned dst = box + epi_swizzle(row * EPI_ROW_BYTES + byte);
-                        st_shared_v2_f32(dst, epilogue_value(acc[4 * (j + t) + 2 * h], alpha, bias_lo[t]),
-                                         epilogue_value(acc[4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
+                        for (int q = 0; q < 4; ++q) {
+                            const int t = q / 2, h = q % 2;
+                            const int row = lane / 4 + 8 * h;
+                            const int byte = (8 * (jj + t) + 2 * (lane % 4)) * (int)sizeof(out_t);
+                            const unsigned dst = box + epi_swizzle(row * EPI_ROW_BYTES + byte);
+                            st_shared_v2_f32(dst, epilogue_value(acc[mi][4 * (j + t) + 2 * h], alpha, bias_lo[t]),
+                                             epilogue_value(acc[mi][4 * (j + t) + 2 * h + 1], alpha, bias_hi[t]));
+                        }
+#endif
                     }
+                    fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
+                    __syncwarp();
+                    if (lane == 0) {
+                        tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
+                        bulk_commit_group();
+                    }
+                }
 #endif
-                }
-                fence_proxy_async_shared();  // every lane's writes, before the TMA unit reads the box
-                __syncwarp();
-                if (lane == 0) {
-                    tma_store_2d(&tma_c, box, tile_n * BLOCK_N + chunk * EPI_CHUNK_COLS, warp_row0);
-                    bulk_commit_group();
-                }
             }
-#endif
         }
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();
