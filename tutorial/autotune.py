@@ -10,7 +10,9 @@ so that the host's time per call does not hide the kernel's). The fastest few, e
 dependent launch on and off, are then captured in CUDA graphs beside torch.matmul's and timed with their
 batches alternated (`timing.time_graphs`): the shape's best is the fastest in a graph, the number the shape
 table judges the call by, where the queued time can rank PDL and short kernels differently (a launch's
-start-up on the GPU is not the same queued as in a graph). The record keeps every candidate's times
+start-up on the GPU is not the same queued as in a graph). Last, each shape's best is compiled again with
+the weight's N and K in the kernel (SHAPE_JIT, the seed's per-shape JIT), and the two are timed in graphs
+side by side: the faster stays (`contest_shape_jit`). The record keeps every candidate's times
 (results/<gpu>/autotune.json); the package ships each shape's best (deepgemm/kernels/tables/<gpu>/
 autotune.json). `deepgemm.gemm` without a config looks its problem up there first (`heuristic.pick_config`)
 and falls back to the model's pick.
@@ -54,16 +56,19 @@ MAX_CANDIDATES = 16  # with the families' best and the kernel's default: device 
 # median of their timings.
 FINALISTS, FINAL_MARGIN, FINAL_ROUNDS = 3, 1.03, 3
 TUNED_LAYOUT = SHAPE_LAYOUT  # x (M, K) and a weight stored (N, K), as torch.nn.functional.linear has them
-# The fastest GRAPH_FINALISTS by queued time, each with PDL on and off, are timed again in CUDA graphs,
-# GRAPH_BATCHES batches of ~3 ms each, alternated with torch.matmul's graph (its time is recorded beside).
-GRAPH_FINALISTS, GRAPH_BATCHES = 3, 8
+# Every candidate within GRAPH_MARGIN of the fastest queued, and the fastest GRAPH_FINALISTS with PDL flipped,
+# are timed again in CUDA graphs, GRAPH_BATCHES batches of ~3 ms each, alternated with torch.matmul's graph
+# (its time is recorded beside): queued and graph times rank 64-row tiles differently at mid M (at 512 x 2112
+# x 7168 the 7th queued, 11% behind, ran fastest in the shape table's graph).
+GRAPH_FINALISTS, GRAPH_MARGIN, GRAPH_BATCHES = 3, 1.25, 8
 
 
-def family(choice: heuristic.Choice) -> tuple[bool, str, bool]:
+def family(choice: heuristic.Choice) -> tuple[bool, str, bool, bool]:
     """What the model may misjudge as a whole, so autotune times the best of each: the orientation (plain or
-    swap AB), the schedule (data-parallel, split-K, stream-K 1 or 2) and whether there is a cluster."""
+    swap AB), the schedule (data-parallel, split-K, stream-K 1 or 2), whether there is a cluster, and whether
+    the tile is 256 rows (two m64 per consumer: the model prices it as the 128-row tile of the same area)."""
     schedule = f"stream-k {choice.stream_k}" if choice.stream_k else "split-k" if choice.split_k > 1 else "tiles"
-    return choice.swap_ab, schedule, choice.cluster_m * choice.cluster_n > 1
+    return choice.swap_ab, schedule, choice.cluster_m * choice.cluster_n > 1, choice.block_m == heuristic.WIDE_BLOCK_M
 
 
 def candidate_configs(
@@ -134,11 +139,13 @@ def with_pdl(entry: dict[str, Any], pdl: bool, work: Workload) -> dict[str, Any]
 def graph_contenders(
     passed: Sequence[dict[str, Any]], timed: list[dict[str, Any]], work: Workload
 ) -> list[dict[str, Any]]:
-    """The GRAPH_FINALISTS fastest queued candidates and each one with PDL flipped (timed queued first and
-    appended to `timed` where no candidate was already that config), those that pass, each once."""
+    """Every candidate within GRAPH_MARGIN of the fastest queued, and the GRAPH_FINALISTS fastest each with
+    PDL flipped (timed queued first and appended to `timed` where no candidate was already that config),
+    those that pass, each once."""
     by_name = {e["name"]: e for e in timed}
-    contenders: dict[str, dict[str, Any]] = {}
-    for entry in sorted(passed, key=lambda e: e["us"])[:GRAPH_FINALISTS]:
+    fastest = sorted(passed, key=lambda e: e["us"])
+    contenders = {e["name"]: e for e in fastest if e["us"] <= GRAPH_MARGIN * fastest[0]["us"]}
+    for entry in fastest[:GRAPH_FINALISTS]:
         pdl = not entry["config"].get("PDL")
         flipped = by_name.get(config_name(config_from_fields({**entry["config"], "PDL": int(pdl)})))
         if flipped is None:
@@ -222,7 +229,47 @@ def tune(
 
         rows.append(tune_shape(m, n, k, dtype_name, log=log, progress=progress))
     sys.stderr.write("\n")
+    for dtype in sorted({row["dtype"] for row in rows}):
+        mine = [row for row in rows if row["dtype"] == dtype]
+        shapes = [(row["m"], row["n"], row["k"]) for row in mine]
+        seconds = precompile.warm([jit_config(row) for row in mine], dtype, TUNED_LAYOUT, shapes=shapes)
+        log(f"{len(mine)} bests with SHAPE_JIT ({dtype}) compiled in {seconds:.0f} s")
+    for row in rows:
+        contest_shape_jit(row, log=log)
     return rows
+
+
+def jit_config(row: dict[str, Any]) -> GemmConfig:
+    """[11] A row's best with the weight's dimensions compiled in."""
+    return config_from_fields({**row["config"], "SHAPE_JIT": 1})
+
+
+def contest_shape_jit(row: dict[str, Any], *, log: Callable[[str], None] = print) -> None:
+    """[11] The row's best against itself with SHAPE_JIT: planned, verified and timed queued (an entry among the
+    candidates), then, where PyTorch is there, both captured and timed in graphs with torch.matmul's, batches
+    alternated ("shape_jit": the three times). Where the compiled-in shape is faster in the graph, it becomes
+    the row's best, with this pair's times."""
+    if row["config"].get("SHAPE_JIT") or row.get("ranked_by") != "graph":
+        return
+    work = Workload.make(row["m"], row["n"], row["k"], row["dtype"]).in_layout(*TUNED_LAYOUT)
+    entry, _ = time_config(jit_config(row), work, FINAL_ROUNDS)
+    row["candidates"].append(entry)
+    if not entry["passed"]:
+        return
+    graphs = []
+    for fields in (row["config"], entry["config"]):
+        launches = call_launches(work, "torch", config_from_fields(fields))[GEMM]
+        captured, stats = captured_calls(launches, work, row["us"] / 1e3)
+        if not stats.passed:
+            raise RuntimeError(f"{config_name(config_from_fields(fields))}: its CUDA graph failed verification")
+        graphs.append(captured)
+    torch_graph, _ = captured_calls(call_launches(work, "torch")[TORCH], work, row["us"] / 1e3)
+    base, jit, torch_us = (1e3 * t.ms for t in time_graphs([*graphs, torch_graph], batches=GRAPH_BATCHES))
+    entry["graph_us"] = jit
+    row["shape_jit"] = {"graph_us": jit, "without_graph_us": base, "torch_graph_us": torch_us}
+    if jit < base:
+        row.update(config=entry["config"], name=entry["name"], us=entry["us"], graph_us=jit, torch_graph_us=torch_us)
+    log(f"  {row['dtype']} {row['m']}x{row['n']}x{row['k']}: SHAPE_JIT {jit:.1f} us in a graph, {base:.1f} without")
 
 
 def record(rows: Sequence[dict[str, Any]], prov: dict[str, Any]) -> Path:

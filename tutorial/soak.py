@@ -175,8 +175,10 @@ def soak(
     if not 1 <= threads <= streams:
         raise ValueError(f"{threads} threads cannot each drive a stream of {streams}")
     for dtype in dict.fromkeys(case.dtype for case in cases):
-        configs = [case.config for case in cases if case.dtype == dtype]
-        log(f"{len(configs)} configs ({dtype}) compiled in {precompile.warm(configs, dtype, TUNED_LAYOUT):.0f} s")
+        mine = [case for case in cases if case.dtype == dtype]
+        configs, shapes = [case.config for case in mine], [(case.m, case.n, case.k) for case in mine]
+        seconds_taken = precompile.warm(configs, dtype, TUNED_LAYOUT, shapes=shapes)
+        log(f"{len(configs)} configs ({dtype}) compiled in {seconds_taken:.0f} s")
     each = case_seconds(seconds, len(cases))
     queues = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]  # one set for all: one scratch each
     rows = []
