@@ -218,7 +218,7 @@ def config_name(cfg: GemmConfig) -> str:
     """A config as a short label: '[swap ][m64 |m256 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}] s{SPLIT_K}|sk{STREAM_K}
     st{NUM_STAGES}', e.g. 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8' (CLUSTER_N only when above one)."""
     t = tiling_of(cfg)
-    front = ("swap " if t.swap_ab else "") + ("" if t.block_m == MAX_BLOCK_M else f"m{t.block_m} ")
+    front = ("swap " if t.swap_ab else "") + (f"m{t.block_m} " if t.block_m in NAMED_BLOCK_MS else "")
     cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "")
     schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
     pdl = " pdl" if cfg.extra.get("PDL") else ""  # launched with programmatic dependent launch
@@ -226,6 +226,7 @@ def config_name(cfg: GemmConfig) -> str:
     return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pdl}{jit}"
 
 
+NAMED_BLOCK_MS = (64, WIDE_BLOCK_M)  # the sm_90a kernel's BLOCK_M other than 128, named in a label
 NAME = re.compile(r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?( jit)?")
 
 

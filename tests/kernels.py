@@ -68,17 +68,27 @@ def function_sass(code: str, name: str) -> str:
 
 def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
     """Every (dtype, config) the autotune record chose, as (dtype, the config's fields as JSON, the library
-    kernel's defines): the configs the package's table makes deepgemm.gemm run, with the plain epilogue."""
+    kernel's defines): the configs the package's table makes deepgemm.gemm run, with the plain epilogue; a
+    SHAPE_JIT config once per shape, with its weight's dimensions compiled in as the plan compiles them."""
     import json
 
     from deepgemm.heuristic import config_from_fields
-    from deepgemm.plan import kernel_defines
+    from deepgemm.plan import kernel_defines, shape_defines
     from tutorial import results
 
     record = results.load("autotune")
-    pairs = sorted({(r["dtype"], json.dumps(r["config"], sort_keys=True)) for r in record["rows"]})
+    keyed = set()
+    for r in record["rows"]:
+        shape = (r["m"], r["n"], r["k"]) if r["config"].get("SHAPE_JIT") else None
+        keyed.add((r["dtype"], json.dumps(r["config"], sort_keys=True), shape))
     builds = []
-    for dtype, fields in pairs:
-        knobs = kernel_defines(config_from_fields(json.loads(fields)).merged_over(stages.load(LIBRARY).DEFAULTS))
+    for dtype, fields, shape in sorted(keyed, key=lambda t: (t[0], t[1], t[2] or ())):
+        cfg = config_from_fields(json.loads(fields)).merged_over(stages.load(LIBRARY).DEFAULTS)
+        knobs = kernel_defines(cfg)
+        if shape is not None:
+            swap = cfg.value("SWAP_AB") == 1
+            m, n = (shape[1], shape[0]) if swap else shape[:2]  # the kernel's M' and N'
+            knobs.update(shape_defines(cfg, swap, m, n, shape[2]))
+            fields = json.dumps({**json.loads(fields), "shape": list(shape)}, sort_keys=True)
         builds.append((dtype, fields, launcher_defines(LIBRARY, dtype == "bf16", **knobs)))
     return builds

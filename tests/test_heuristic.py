@@ -552,3 +552,32 @@ def test_one_config_is_planned_verified_and_timed_or_names_why_not(monkeypatch):
     monkeypatch.setattr(autotune.library, "plan", refuse)
     refused = {"name": entry["name"], "config": entry["config"], "passed": False, "error": "too many slices"}
     assert autotune.time_config(cfg, work) == (refused, [])
+
+
+@pytest.mark.parametrize(("jit_us", "kept"), [(9.5, "jit"), (10.5, "without")])
+def test_shape_jit_contest_keeps_the_faster_in_a_graph_and_records_both(monkeypatch, jit_us, kept):
+    """[11] The row's best against itself with SHAPE_JIT: the jit entry joins the candidates; both graphs are
+    timed with torch.matmul's; the compiled-in shape becomes the best only where its graph is faster."""
+    row = {"dtype": "fp16", "m": 64, "n": 4096, "k": 4096, "us": 11.0, "graph_us": 10.2, "ranked_by": "graph",
+           **{key: value for key, value in _tile(128, 11.0).items() if key in ("name", "config")}, "candidates": []}
+    monkeypatch.setattr(autotune.Workload, "make", lambda *args: SimpleNamespace(in_layout=lambda *layout: "work"))
+
+    def fake_time_config(cfg, work, rounds=1):
+        assert cfg.extra.get("SHAPE_JIT") == 1 and work == "work" and rounds == autotune.FINAL_ROUNDS
+        fields = heuristic.config_fields(cfg)
+        return {"name": config_name(cfg), "config": fields, "passed": True, "us": 10.8}, []
+
+    monkeypatch.setattr(autotune, "time_config", fake_time_config)
+    monkeypatch.setattr(autotune, "call_launches", lambda work, framework, config=None: {
+        autotune.GEMM: config, autotune.TORCH: "torch"})  # fmt: skip
+    monkeypatch.setattr(autotune, "captured_calls", lambda launches, work, ms: (launches, SimpleNamespace(passed=True)))
+    monkeypatch.setattr(autotune, "time_graphs", lambda graphs, batches: [
+        SimpleNamespace(ms=ms / 1e3) for ms in (10.0, jit_us, 10.4)])  # fmt: skip
+    autotune.contest_shape_jit(row, log=lambda line: None)
+    jit = row["candidates"][0]
+    assert jit["config"]["SHAPE_JIT"] == 1 and jit["graph_us"] == pytest.approx(jit_us)
+    assert row["shape_jit"] == pytest.approx({"graph_us": jit_us, "without_graph_us": 10.0, "torch_graph_us": 10.4})
+    if kept == "jit":
+        assert row["name"].endswith(" jit") and row["graph_us"] == pytest.approx(9.5) and row["us"] == 10.8
+    else:
+        assert row["name"] == "n128 c1 s1 st4" and row["graph_us"] == 10.2 and row["us"] == 11.0

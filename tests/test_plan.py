@@ -96,7 +96,9 @@ def _config(**knobs) -> GemmConfig:
         ({"block_n": 8}, r"BLOCK_N = 8 must be one of \(16, 32, "),
         ({"block_n": 12, "SWAP_AB": 1}, r"BLOCK_N = 12 must be one of \(8, 16, 24, .*, 256\)"),
         ({"block_n": 264, "SWAP_AB": 1}, r"BLOCK_N = 264 must be one of \(8, 16, "),
-        ({"block_m": 256}, r"BLOCK_M = 256 must be one of \(64, 128\)"),
+        ({"block_m": 192}, r"BLOCK_M = 192 must be one of \(64, 128, 256\)"),
+        ({"block_m": 256}, r"BLOCK_M = 256 takes BLOCK_N up to 128, not 256"),
+        ({"SHAPE_JIT": 2}, r"SHAPE_JIT = 2 must be one of \(0, 1\)"),
         ({"CLUSTER_M": 3}, r"CLUSTER_M = 3 must be one of \(1, 2, 4\)"),
         ({"CLUSTER_N": 8}, r"CLUSTER_N = 8 must be one of \(1, 2, 4\)"),
         ({"CLUSTER_M": 4, "CLUSTER_N": 4}, "CLUSTER_M x CLUSTER_N = 16 exceeds the portable cluster of 8"),
@@ -739,3 +741,15 @@ def test_a_cut_too_large_for_the_kernels_32_bit_arithmetic_is_refused(monkeypatc
     with pytest.raises(ValueError, match="SPLIT_K cuts 65536 tiles of 1024 k-tiles into 1048576 parts"):
         persistent_grid(0, 131072, 16384, 65536, _config(SPLIT_K=16, CLUSTER_M=1), 0, 384, 0)
     persistent_grid(0, 4096, 4096, 65536, _config(SPLIT_K=2, CLUSTER_M=1), 0, 384, 0)  # 512 tiles: inside
+
+
+def test_shape_jit_compiles_the_weights_dimensions_in_and_nothing_else():
+    """[11] SHAPE_JIT: K and the weight's rows, the kernel's N' plain and its M' swapped (the tokens stay a
+    parameter, so a layer compiles once whatever its M); without it, no dimension; the knob itself is host-only."""
+    from deepgemm.plan import DEFAULTS, kernel_defines, shape_defines
+
+    jit = GemmConfig(extra={"SHAPE_JIT": 1}).merged_over(DEFAULTS)
+    assert shape_defines(jit, False, 200, 4096, 7168) == {"FIXED_N": 4096, "FIXED_K": 7168}
+    assert shape_defines(jit, True, 4096, 200, 7168) == {"FIXED_M": 4096, "FIXED_K": 7168}
+    assert shape_defines(DEFAULTS, False, 200, 4096, 7168) == {}
+    assert "SHAPE_JIT" not in kernel_defines(jit) and kernel_defines(jit) == kernel_defines(DEFAULTS)
