@@ -265,7 +265,7 @@ def contest_shape_jit(row: dict[str, Any], *, log: Callable[[str], None] = print
         graphs.append(captured)
     torch_graph, _ = captured_calls(call_launches(work, "torch")[TORCH], work, row["us"] / 1e3)
     base, jit, torch_us = (1e3 * t.ms for t in time_graphs([*graphs, torch_graph], batches=GRAPH_BATCHES))
-    entry["graph_us"] = jit
+    entry.update(graph_us=jit, graph_passed=True)
     row["shape_jit"] = {"graph_us": jit, "without_graph_us": base, "torch_graph_us": torch_us}
     if jit < base:
         row.update(config=entry["config"], name=entry["name"], us=entry["us"], graph_us=jit, torch_graph_us=torch_us)
