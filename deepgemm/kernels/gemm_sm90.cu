@@ -12,8 +12,9 @@
 //       all parts in worker order and runs the epilogue: one kernel, and a result that is the same from
 //       run to run whichever part finished last.
 //   [7] a tile for the shape: BLOCK_M 64, 128 or 256 (one or two consumer warpgroups, 256 rows as two
-//       wgmma m64 each, BLOCK_N at most 128), BLOCK_N any multiple of 16 up to 256 (8 when swapped: wgmma m64nNk16 takes every multiple of 8), so that the last tile
-//       is nearly full, with the pipeline depth, cluster and split the library call picks per problem
+//       wgmma m64 each, BLOCK_N at most 128), BLOCK_N any multiple of 16 up to 256 (8 when swapped:
+//       wgmma m64nNk16 takes every multiple of 8), so that the last tile is nearly full, with the
+//       pipeline depth, cluster and split the library call picks per problem
 //       (an autotune table, else a cost model); any output type (OUT_DTYPE), a bias in its own type
 //       (BIAS_DTYPE) and four activations.
 //   [8] swap AB (SWAP_AB 1), for the token dimension as wgmma's N: the plan passes b's (N, K) as A and
