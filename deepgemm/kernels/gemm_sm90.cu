@@ -183,7 +183,8 @@ constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * E
 constexpr int EPI_CHUNK_COLS = EPI_ROW_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32) for 128 bytes
 
 static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "[7] one or two consumer warpgroups of 64 or 128 rows");
-static_assert(M_WGMMAS * BLOCK_N <= 256, "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
+static_assert(M_WGMMAS * BLOCK_N <= 256,
+              "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
               && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
@@ -991,7 +992,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #pragma unroll
                     for (int mi = 0; mi < M_WGMMAS; ++mi)
                         wgmma_m64nNk16<BLOCK_N, A_MN_MAJOR, B_MN_MAJOR>(
-                            acc[mi], desc_a0 + step_a + mi * WG_A_STEP, desc_b0 + step_b, ((k_tile - seg.k_begin) | kk) != 0);
+                            acc[mi], desc_a0 + step_a + mi * WG_A_STEP, desc_b0 + step_b,
+                            ((k_tile - seg.k_begin) | kk) != 0);
                 }
                 wgmma_commit_group();
                 // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
@@ -1024,8 +1026,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     int first, last;
                     cut_parts(sched, cut_tile, first, last);
                     const int strip = ((rank * NUM_CONSUMERS + consumer) * M_WGMMAS + mi) * 4 + warp;
-                    if (first != last && !partial_sum_if_last(acc[mi], partials, counters, cut_tile, walk.u - sched.dp_tiles,
-                                                              first, last, strip, M - warp_row0, lane))
+                    if (first != last && !partial_sum_if_last(acc[mi], partials, counters, cut_tile,
+                                                              walk.u - sched.dp_tiles, first, last, strip,
+                                                              M - warp_row0, lane))
                         continue;
                 }
 #endif
