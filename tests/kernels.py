@@ -72,7 +72,7 @@ def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
     SHAPE_JIT config once per shape, with its weight's dimensions compiled in as the plan compiles them."""
     import json
 
-    from deepgemm.heuristic import config_from_fields
+    from deepgemm.heuristic import config_from_fields, kernel_dims
     from deepgemm.plan import kernel_defines, shape_defines
     from tutorial import results
 
@@ -87,8 +87,7 @@ def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
         knobs = kernel_defines(cfg)
         if shape is not None:
             swap = cfg.value("SWAP_AB") == 1
-            m, n = (shape[1], shape[0]) if swap else shape[:2]  # the kernel's M' and N'
-            knobs.update(shape_defines(cfg, swap, m, n, shape[2]))
+            knobs.update(shape_defines(cfg, swap, *kernel_dims(shape[0], shape[1], swap), shape[2]))
             fields = json.dumps({**json.loads(fields), "shape": list(shape)}, sort_keys=True)
         builds.append((dtype, fields, launcher_defines(LIBRARY, dtype == "bf16", **knobs)))
     return builds

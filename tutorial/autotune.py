@@ -169,22 +169,33 @@ def rank_in_graphs(
         require_torch()
     except RuntimeError:
         return min(passed, key=lambda e: e["us"]), "queued", {}
+    contenders = graph_contenders(passed, timed, work)
+    torch_us = time_in_graphs(contenders, work)
+    if torch_us is None:
+        raise RuntimeError(f"no candidate's CUDA graph passed verification at {work.m}x{work.n}x{work.k}")
+    best = min((entry for entry in contenders if entry["graph_passed"]), key=lambda e: e["graph_us"])
+    return best, "graph", {"graph_us": best["graph_us"], "torch_graph_us": torch_us}
+
+
+def time_in_graphs(entries: Sequence[dict[str, Any]], work: Workload) -> float | None:
+    """Each entry's config captured in a CUDA graph and verified on NaN poison ("graph_passed"); those that
+    pass timed with torch.matmul's graph, batches alternated ("graph_us"). Returns torch's time per call in
+    us, None where no entry's graph passed."""
     graphs = []
-    for entry in graph_contenders(passed, timed, work):
+    for entry in entries:
         launches = call_launches(work, "torch", config_from_fields(entry["config"]))[GEMM]
         captured, stats = captured_calls(launches, work, entry["us"] / 1e3)
         entry["graph_passed"] = stats.passed
         if stats.passed:
             graphs.append((entry, captured))
     if not graphs:
-        raise RuntimeError(f"no candidate's CUDA graph passed verification at {work.m}x{work.n}x{work.k}")
+        return None
     fastest_ms = min(entry["us"] for entry, _ in graphs) / 1e3
     torch_graph, _ = captured_calls(call_launches(work, "torch")[TORCH], work, fastest_ms)
     timings = time_graphs([captured for _, captured in graphs] + [torch_graph], batches=GRAPH_BATCHES)
     for (entry, _), timing in zip(graphs, timings, strict=False):  # the last timing is torch's
         entry["graph_us"] = 1e3 * timing.ms
-    best = min((entry for entry, _ in graphs), key=lambda e: e["graph_us"])
-    return best, "graph", {"graph_us": best["graph_us"], "torch_graph_us": 1e3 * timings[-1].ms}
+    return 1e3 * timings[-1].ms
 
 
 def finalists(passed: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -246,9 +257,9 @@ def jit_config(row: dict[str, Any]) -> GemmConfig:
 
 def contest_shape_jit(row: dict[str, Any], *, log: Callable[[str], None] = print) -> None:
     """[11] The row's best against itself with SHAPE_JIT: planned, verified and timed queued (an entry among the
-    candidates), then, where PyTorch is there, both captured and timed in graphs with torch.matmul's, batches
-    alternated ("shape_jit": the three times). Where the compiled-in shape is faster in the graph, it becomes
-    the row's best, with this pair's times."""
+    candidates), then, where PyTorch is there, both timed in graphs with torch.matmul's (`time_in_graphs`;
+    "shape_jit": the three times). Where the compiled-in shape is faster in the graph, it becomes the row's
+    best, with this pair's times."""
     if row["config"].get("SHAPE_JIT") or row.get("ranked_by") != "graph":
         return
     work = Workload.make(row["m"], row["n"], row["k"], row["dtype"]).in_layout(*TUNED_LAYOUT)
@@ -256,16 +267,11 @@ def contest_shape_jit(row: dict[str, Any], *, log: Callable[[str], None] = print
     row["candidates"].append(entry)
     if not entry["passed"]:
         return
-    graphs = []
-    for fields in (row["config"], entry["config"]):
-        launches = call_launches(work, "torch", config_from_fields(fields))[GEMM]
-        captured, stats = captured_calls(launches, work, row["us"] / 1e3)
-        if not stats.passed:
-            raise RuntimeError(f"{config_name(config_from_fields(fields))}: its CUDA graph failed verification")
-        graphs.append(captured)
-    torch_graph, _ = captured_calls(call_launches(work, "torch")[TORCH], work, row["us"] / 1e3)
-    base, jit, torch_us = (1e3 * t.ms for t in time_graphs([*graphs, torch_graph], batches=GRAPH_BATCHES))
-    entry.update(graph_us=jit, graph_passed=True)
+    without = {"config": row["config"], "us": row["us"]}  # timed again beside it; the row's own times stay
+    torch_us = time_in_graphs([without, entry], work)
+    if not (without["graph_passed"] and entry["graph_passed"]):
+        raise RuntimeError(f"{row['name']}: a CUDA graph of it, or of it with SHAPE_JIT, failed verification")
+    base, jit = without["graph_us"], entry["graph_us"]
     row["shape_jit"] = {"graph_us": jit, "without_graph_us": base, "torch_graph_us": torch_us}
     if jit < base:
         row.update(config=entry["config"], name=entry["name"], us=entry["us"], graph_us=jit, torch_graph_us=torch_us)

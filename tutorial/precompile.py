@@ -52,10 +52,9 @@ def warm(
     when it plans."""
     jobs = {}
     for i, config in enumerate(configs):
-        shape = COMPILE_SHAPE
-        if shapes is not None and config.extra.get("SHAPE_JIT"):
-            shape = (COMPILE_SHAPE[0], shapes[i][1], shapes[i][2])
-        jobs[(config.key(), shape[1:] if shape is not COMPILE_SHAPE else None)] = (config, dtype_name, layout, shape)
+        jit = shapes is not None and config.extra.get("SHAPE_JIT")
+        shape = (COMPILE_SHAPE[0], *shapes[i][1:]) if jit else COMPILE_SHAPE
+        jobs[(config.key(), shape)] = (config, dtype_name, layout, shape)
     if not jobs:
         return 0.0
     workers = min(len(jobs), processes or min(MAX_PROCESSES, os.cpu_count() or 1))
