@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from dataclasses import replace
-from itertools import product
 from typing import Any
 
 import cupy
 
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
-from deepgemm.heuristic import max_stages
+from deepgemm.heuristic import WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, max_stages
 from deepgemm.model import ceil_div, round_up
 from deepgemm.plan import DEFAULTS, check_config
 from lab import RESULTS_DIR, record
@@ -86,23 +85,33 @@ def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
     k_tiles = ceil_div(k, 64)
     for swap in (0, 1) if m <= SWAP_UP_TO_M else (0,):
         rows, cols = (n, m) if swap else (m, n)  # the kernel's M and N
-        widths = tight_widths(cols, 8 if swap else 16, fewest=8 if swap else 16)
-        block_ms = (128, 64) if swap or m <= 256 else (128,)
-        for block_m, block_n in product(block_ms, widths):
-            if not swap and block_m == 128 and m <= 64:
-                continue  # half the tile's rows past M
-            tiles_m, tiles_n = ceil_div(rows, block_m), ceil_div(cols, block_n)
-            for cluster_m, cluster_n in _clusters(swap, tiles_m, tiles_n):
-                tiles = ceil_div(tiles_m, cluster_m) * ceil_div(tiles_n, cluster_n)
-                for cut in _cuts(tiles, sm_count // (cluster_m * cluster_n), k_tiles):
-                    extra = {"SWAP_AB": swap, "CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n, **cut}
-                    stages = max_stages(block_n, block_m, swap_ab=bool(swap))
-                    config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
-                    try:
-                        check_config(config.merged_over(DEFAULTS))
-                    except ValueError:
-                        continue
-                    found.append(config)
+        step = 8 if swap else 16
+        block_ms = ((128, 64) if swap or m <= 256 else (128,)) + ((WIDE_BLOCK_M,) if rows > 128 else ())
+        for block_m in block_ms:
+            widest = WIDE_MAX_BLOCK_N if block_m == WIDE_BLOCK_M else 256
+            for block_n in tight_widths(cols, step, widest=widest, fewest=step):
+                found += _configs(swap, block_m, block_n, rows, cols, sm_count, k_tiles)
+    return found
+
+
+def _configs(swap: int, block_m: int, block_n: int, rows: int, cols: int, sm_count: int,
+             k_tiles: int) -> list[GemmConfig]:
+    """One tile's configurations the kernel can take: each cluster worth a try, each cut of its tiles."""
+    if not swap and block_m == 128 and rows <= 64:
+        return []  # half the tile's rows past M
+    found = []
+    tiles_m, tiles_n = ceil_div(rows, block_m), ceil_div(cols, block_n)
+    for cluster_m, cluster_n in _clusters(swap, tiles_m, tiles_n):
+        tiles = ceil_div(tiles_m, cluster_m) * ceil_div(tiles_n, cluster_n)
+        for cut in _cuts(tiles, sm_count // (cluster_m * cluster_n), k_tiles):
+            extra = {"SWAP_AB": swap, "CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n, **cut}
+            stages = max_stages(block_n, block_m, swap_ab=bool(swap))
+            config = GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
+            try:
+                check_config(config.merged_over(DEFAULTS))
+            except ValueError:
+                continue
+            found.append(config)
     return found
 
 
