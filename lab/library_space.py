@@ -1,7 +1,7 @@
 """python -m lab.library_space: the library kernel's configuration space at chosen shapes, beside torch.matmul.
 
-A research sweep, wider than autotune's: per shape, the plain and the swapped orientation, one and two
-consumer warpgroups, the tile widths that leave the last tile nearly full, clusters along either side, and
+A research sweep, wider than autotune's: per shape, the plain and the swapped orientation, 64-, 128- and
+256-row tiles, the tile widths that leave the last tile nearly full, clusters along either side, and
 the tiles whole, cut by stream-K (one or two rounds) or by split-K. Every candidate is verified on
 NaN-poisoned output, then timed on the GPU alone (`timing.device_us_per_call`, as autotune times), beside
 torch.matmul on the same operands timed the same way. What it finds is what the heuristic's model is
@@ -22,7 +22,7 @@ import cupy
 
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
-from deepgemm.heuristic import WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, max_stages
+from deepgemm.heuristic import MAX_BLOCK_N, WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, max_stages
 from deepgemm.model import ceil_div, round_up
 from deepgemm.plan import DEFAULTS, check_config
 from lab import RESULTS_DIR, record
@@ -88,7 +88,7 @@ def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
         step = 8 if swap else 16
         block_ms = ((128, 64) if swap or m <= 256 else (128,)) + ((WIDE_BLOCK_M,) if rows > 128 else ())
         for block_m in block_ms:
-            widest = WIDE_MAX_BLOCK_N if block_m == WIDE_BLOCK_M else 256
+            widest = WIDE_MAX_BLOCK_N if block_m == WIDE_BLOCK_M else MAX_BLOCK_N
             for block_n in tight_widths(cols, step, widest=widest, fewest=step):
                 found += _configs(swap, block_m, block_n, rows, cols, sm_count, k_tiles)
     return found

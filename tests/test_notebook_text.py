@@ -684,7 +684,7 @@ def test_notebook_07_autotune_ranks_its_finalists_in_graphs_with_pdl_on_and_off(
     ) in text
 
 
-def test_notebook_07_says_which_records_show_determinism_and_which_do_not():
+def test_notebook_07_says_which_records_show_determinism():
     nb = notebook("07")
     text = flat(markdown(nb))
     test = "test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_stream"
@@ -711,8 +711,7 @@ def test_notebook_07_says_which_records_show_determinism_and_which_do_not():
     assert {(r["m"], r["n"], r["k"], r["dtype"]): r["config"] for r in soaked} == {
         (*shape, dtype): name for shape, name in table.items() for dtype in ("fp16", "bf16")
     }  # every entry of the present table soaked, by its name (tile, cluster, schedule, PDL, SHAPE_JIT)
-    assert all(r["mismatched"] == 0 for r in soaked) and set(table) == {(r["m"], r["n"], r["k"]) for r in soaked}
-    assert {r["dtype"] for r in soaked} == {"fp16", "bf16"} and len(soaked) == 2 * len(table)
+    assert len(soaked) == 2 * len(table) and all(r["mismatched"] == 0 for r in soaked)
     streams, threads = {r["streams"] for r in soaked}, {r["threads"] for r in soaked}
     assert len(streams) == len(threads) == 1 and (
         f"its configuration at each of its {len(table)} shapes, FP16 and "
