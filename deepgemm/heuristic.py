@@ -55,7 +55,8 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
 - **HBM** bounds the whole: A, B and C each cross it once, at HBM_GBS, or at SM_HBM_GBS per busy SM where
   too few stream to reach it (an SM keeps only so many bytes in flight). Small M is this case: at M = 1
   the kernel only has to stream B (32 MB at N = K = 4096), and the model wants enough workers (split-K,
-  stream-K, narrow tiles) that every SM streams part of it.
+  stream-K, narrow tiles) that enough SMs stream part of it. Where several tilings reach HBM_GBS alike,
+  the one whose busiest worker has the shorter k-tile loop goes first: its SMs each fetch less.
 - **L2** bounds the whole too: every CTA's operand bytes, each multicast counted once, at L2_GBS. This is
   where a cluster pays in large problems: 128 x 256 tiles without one fetch 1.5 times the bytes.
 - **Power** bounds the whole too: at its 700 W cap the H200 lowers its clock until the MMAs draw no more,
@@ -80,21 +81,20 @@ the per-SM HBM bound, and sets the launch cost, which only shifts every estimate
 estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
 model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
-the space, with the per-SM HBM bound held at 40 GB/s (fitted without it, the model streams M = 1 from half
-the SMs). Against the record autotune made since (the same 102 problems, over the space with 256-row
-tiles; results/h200/autotune.json) the model's first choice among the timed candidates is on average 3.5%
-slower than the fastest (at worst 28.2%; 5 of the 102 over 10%); its estimates are within 0.83 to 1.09
-times the measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these
-numbers against the record). Against the record it was fitted to: 2.2%, 19.3% at worst, 3 over 10%. Fitted
-on half the layers (N x K) and scored on the other half, the power bound comes out at 700 TFLOP/s both ways
-and the held-out regret is the same (`python -m lab.fit_heuristic --cross`). The aim is 3% on average and
-10% at worst. The misses left (notes/heuristic_regret.md): at 256 x 4096 x 14336 and 256 x 4096 x 7168 a
-split-K 2 of 128 x 128 tiles, 28% and 9% behind a swapped 64-wide tile; at 96 x 28672 x 4096 a swapped
-256-row tile the model prices as the 128-row tile of the same area, 15% behind plain 128 x 256 tiles;
-which operand a cluster multicasts (the record before this one timed the weight's multicast faster in 120
-of 167 pairs that differ only there; the model prices the pair alike or by L2 bytes, which favour the
-tokens'); and M <= 8 at N = 4096, where 64 SMs stream the weight at 3.5 TB/s, faster than the per-SM bound
-of 40 GB/s allows, so the model splits K to busy 128 (13% at 1 x 4096 x 14336).
+the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
+free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
+space with 256-row tiles; results/h200/autotune.json) the model's first choice among the timed candidates
+is on average 2.8% slower than the fastest (at worst 28.2%; 4 of the 102 over 10%); its estimates are
+within 0.82 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
+`tests/test_heuristic.py` checks these numbers against the record). Fitted on half the layers (N x K) and
+scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
+--cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 256
+and 512 x 4096 x 7168 and 14336, plain 128 x 128 tiles in clusters along M', 11% to 28% behind the same
+tiles swapped, which the model prices alike (the record times the pair within 5% elsewhere); at 96 x 28672
+x 4096 a swapped 256-row tile the model prices as the 128-row tile of the same area, 15% behind plain 128 x
+256 tiles; and which operand a cluster multicasts (the record before this one timed the weight's multicast
+faster in 120 of 167 pairs that differ only there; the model prices the pair alike or by L2 bytes, which
+favour the tokens').
 """
 
 from __future__ import annotations
@@ -147,7 +147,9 @@ K_TILE_OVERHEAD_CLOCKS = 128  # per k-tile besides the MMAs: barrier hand-offs, 
 CLUSTER_SYNC_CLOCKS = 16  # per k-tile and CTA of a cluster past the first: a multicast stage is refilled only
 # when every CTA it feeds has released it, so a cluster keeps its slowest CTA's pace (fitted, with 2 x 2
 # against 2 x 1 at 4096^3 and 8192^3 from lab/results/h200/v5_cluster_n.json)
-SM_HBM_GBS = 40.0  # what one SM's loads in flight stream from HBM: stages in flight over HBM's latency (fitted)
+SM_HBM_GBS = 60.0  # what one SM's loads in flight stream from HBM: stages in flight over HBM's latency. The
+# record's 1 x 4096 x 4096 streams its 32 MB weight from 64 SMs (swap m64 n8 s1) in 12.7 us, 8.0 past
+# LAUNCH_US: 65 GB/s each; held at 40 the model split K to busy 128 SMs, which ran 8% slower (13% at K 14336)
 L2_GBS = 8000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
@@ -162,6 +164,9 @@ LAUNCH_US = 4.7  # a launch and its ramp: the first k-tiles' latency, the last t
 # over their queued time and up to 32% (768 x 28672 x 4096), the others 0.4% and 15%: autotune tries PDL
 # below this time only (the table recorded at 4b52e5b tried it everywhere).
 PDL_BELOW_US = 50.0
+# In the autotune record's CUDA graphs (results/h200/autotune.json, both orientations, under 50 us), PDL took
+# a median 3.4% off 84 of 99 configurations of whole tiles, and added a median 1.5% to 52 of 54 that cut
+# tiles along K (split-K, stream-K): the model launches those without it.
 
 
 class Tiling(NamedTuple):
@@ -329,12 +334,14 @@ class Price(NamedTuple):
     """What the model says of a tiling, in the order the pick compares it: the estimate; among equals (the
     power bound prices equal work equally), the estimate without the power bound (less overhead per k-tile,
     fewer rounds: what would be faster at the full clock), the outputs computed, padding included (fewer
-    waste fewer MMAs), the SMs kept busy (fewer leave power to the others), the tile's area, negated (the
-    larger tile), and the cluster's CTAs (fewer to wait for)."""
+    waste fewer MMAs), the busiest worker's k-tile loop (among equals bound by HBM, the one that spreads
+    the stream over more SMs, each with less to fetch), the SMs kept busy (fewer leave power to the
+    others), the tile's area, negated (the larger tile), and the cluster's CTAs (fewer to wait for)."""
 
     estimate_us: float
     unpowered_us: float
     computed: int
+    loop_us: float
     busy_sms: int
     smaller_tile: int
     cluster_ctas: int
@@ -357,7 +364,7 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
         fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
     rest_us = fixup_us + staged_us(m, n, t) + LAUNCH_US
     estimate, unpowered = max(loop_us, hbm_us, l2_us, power_us) + rest_us, max(loop_us, hbm_us, l2_us) + rest_us
-    return Price(estimate, unpowered, work.tiles * size * area, busy, -area, size)
+    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, size)
 
 
 def staged_us(m: int, n: int, t: Tiling) -> float:
@@ -515,7 +522,13 @@ def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[f
 def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False) -> Choice:
     """The model's pick for an M x N x K problem on `sm_count` SMs."""
     best, t = ranked(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
-    return replace(priced(t, best.estimate_us), pdl=best.estimate_us < PDL_BELOW_US)
+    return replace(priced(t, best.estimate_us), pdl=pdl_pays(t, best.estimate_us))
+
+
+def pdl_pays(t: Tiling, estimate_us: float) -> bool:
+    """Whether the model launches a tiling with PDL: under PDL_BELOW_US, and only where no tile is cut along
+    K (split-K, stream-K): in CUDA graphs PDL costs those (the note at PDL_BELOW_US)."""
+    return estimate_us < PDL_BELOW_US and t.split_k == 1 and not t.stream_k
 
 
 # ---- the table ---------------------------------------------------------------------------------------------

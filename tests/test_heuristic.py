@@ -153,13 +153,16 @@ def test_the_shipped_tile_wins_where_it_fills_every_round():
     assert heuristic.choose(4096, 4096, 4096, 132).name() == "n256 c2 s1 st4"
 
 
-def test_small_m_streams_the_weight_on_every_sm():
-    """M = 1: the tokens as wgmma's N (8 wide), and enough workers that the weight streams on (nearly) every
-    SM: split-K or stream-K where the weight's tiles alone are too few."""
-    for n, k in ((4096, 4096), (2112, 7168), (28672, 4096)):
+def test_small_m_streams_the_weight_from_enough_sms_to_reach_hbm():
+    """M = 1: the tokens as wgmma's N (8 wide), and enough workers that their streams add up to nearly HBM's rate:
+    split-K where the weight's tiles alone are too few (2112 x 7168: 33 tiles of 64 rows), none where they
+    are enough (4096 x 4096: 64 tiles, which the record timed 8% faster than split-K over 128 SMs)."""
+    for n, k, cut in ((4096, 4096, False), (2112, 7168, True), (28672, 4096, False)):
         pick = heuristic.choose(1, n, k, 132)
         work = heuristic.schedule(1, n, k, pick.tiling(), 132)
-        assert pick.swap_ab and pick.block_n == 8 and work.workers * pick.cluster_m * pick.cluster_n >= 100, (n, pick)
+        busy = work.workers * pick.cluster_m * pick.cluster_n
+        assert pick.swap_ab and pick.block_n == 8 and (pick.split_k > 1) == cut, (n, pick)
+        assert busy * heuristic.SM_HBM_GBS >= 0.9 * heuristic.HBM_GBS, (n, pick)  # 64 x 60 GB/s: 3.84 TB/s
 
 
 def test_ties_go_to_less_padding_then_fewer_sms_then_the_larger_tile():
@@ -170,8 +173,18 @@ def test_ties_go_to_less_padding_then_fewer_sms_then_the_larger_tile():
     plain = next(p for p, other in ranked if not other.swap_ab)
     assert t.swap_ab and t.block_n == 8 and plain.estimate_us == best.estimate_us and plain.computed > best.computed
     assert [p for p, _ in ranked] == sorted(p for p, _ in ranked)
-    assert heuristic.Price._fields == ("estimate_us", "unpowered_us", "computed", "busy_sms", "smaller_tile",
-                                       "cluster_ctas")  # fmt: skip
+    assert heuristic.Price._fields == ("estimate_us", "unpowered_us", "computed", "loop_us", "busy_sms",
+                                       "smaller_tile", "cluster_ctas")  # fmt: skip
+
+
+def test_among_tilings_bound_by_hbm_alike_the_shorter_loop_goes_first():
+    """128 x 24576 x 1536 streams its 75 MB weight at HBM_GBS whether 96 SMs hold 128 x 256 tiles or 128 SMs
+    hold 128 x 192: the 128 SMs, each with a quarter less to fetch, go first (the record: 128 x 192 25.4 us in
+    graphs; the 96-SM swapped 256 x 128 tile 31.0). Fewer busy SMs then only break what is still equal."""
+    ranked = heuristic.ranked(128, 24576, 1536, 132)
+    (best, t), fewer = ranked[0], [p for p, _ in ranked if p.busy_sms == 96]
+    assert (t.block_m, t.block_n, best.busy_sms) == (128, 192, 128)
+    assert fewer and fewer[0].estimate_us == best.estimate_us and fewer[0].loop_us > best.loop_us
 
 
 def test_long_gemms_are_power_bound_so_cutting_tiles_along_k_buys_nothing():
@@ -588,3 +601,14 @@ def test_shape_jit_contest_keeps_the_faster_in_a_graph_and_records_both(monkeypa
         assert row["name"].endswith(" jit") and row["graph_us"] == pytest.approx(9.5) and row["us"] == 10.8
     else:
         assert row["name"] == "n128 c1 s1 st4" and row["graph_us"] == 10.2 and row["us"] == 11.0
+
+
+def test_the_model_launches_cut_tiles_without_pdl():
+    """PDL under PDL_BELOW_US, but not where tiles are cut along K: in the record's CUDA graphs it cost 52 of
+    54 split-K and stream-K configurations a median 1.5% (the note at PDL_BELOW_US)."""
+    assert heuristic.pdl_pays(heuristic.Tiling(64, 8, swap_ab=True), 12.0)
+    assert not heuristic.pdl_pays(heuristic.Tiling(64, 8, split_k=2, swap_ab=True), 12.0)
+    assert not heuristic.pdl_pays(heuristic.Tiling(64, 8, stream_k=1, swap_ab=True), 12.0)
+    assert not heuristic.pdl_pays(heuristic.Tiling(128, 256), heuristic.PDL_BELOW_US)
+    cut = heuristic.choose(1, 2112, 7168, 132)
+    assert cut.split_k > 1 and not cut.pdl
