@@ -127,6 +127,19 @@ ON_PLAN: Callable[..., None] | None = None
 _PLANS: dict[tuple, plan.Plan] = {}
 
 
+def forget_plans() -> None:
+    """Drop every plan this process has built, and the C++ path's copies: the next call of each key plans
+    again, with the autotune table as it then is (`tutorial.shape_suite` times the heuristic's pick so, as a
+    caller whose shape no table holds calls it)."""
+    _PLANS.clear()
+    if ON_FORGET is not None:
+        ON_FORGET()
+
+
+# Called by `forget_plans` (deepgemm.torch_ops sets it: the plans C++ holds go too).
+ON_FORGET: Callable[[], None] | None = None
+
+
 def plan_family(device: int) -> ModuleType:
     """The plan module whose kernel a call on `device` runs: `plan_sm80` where it runs (any GPU but Hopper, by
     the capability the library goes by, or Hopper with DEEPGEMM_FORCE_SM80=1), else `plan` (sm_90a). Asked

@@ -119,6 +119,12 @@ def on_plan(plan: Any, a: Any, b: Any, bias: Any, out: Any, activation: Any, out
         FAST[0] = fast.loaded()
 
 
+def on_forget() -> None:
+    """api.ON_FORGET: the plans registered with C++ dropped with Python's."""
+    if FAST[0] is not None:
+        FAST[0].clear()
+
+
 def needs_grad(a: torch.Tensor, b: torch.Tensor, bias: Any, out: Any) -> bool:
     """Whether autograd would record this call: a tensor that requires grad, with grad mode on."""
     wanted = a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
@@ -420,5 +426,5 @@ def cpp_op_kernel(a: Any, b: Any, bias: Any, alpha: float, activation: str | Non
 
 
 fast.PYTHON_PATHS = (fast.python_launch, cpp_backward, cpp_op_kernel)
-api.ON_PLAN = on_plan
+api.ON_PLAN, api.ON_FORGET = on_plan, on_forget
 api.TORCH_TENSOR, api.TORCH_GEMM = torch.Tensor, gemm  # deepgemm.gemm routes torch tensors here from now on

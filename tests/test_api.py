@@ -221,6 +221,20 @@ def test_the_plan_cache_drops_its_oldest_plan_when_full(plans, monkeypatch):
     assert len(api._PLANS) == 2
 
 
+def test_forgotten_plans_are_built_again_and_the_hook_drops_the_cpp_copies(plans, monkeypatch):
+    """`forget_plans` empties the cache, and calls ON_FORGET (deepgemm.torch_ops: the C++ path's plans)."""
+    from deepgemm import api, gemm
+
+    forgotten = []
+    monkeypatch.setattr(api, "ON_FORGET", lambda: forgotten.append(True))
+    b = _array((64, 32), (64, 2))
+    gemm(_array(), b)
+    api.forget_plans()
+    assert api._PLANS == {} and forgotten == [True]
+    gemm(_array(), b)
+    assert len(plans) == 2 and plans[0].key == plans[1].key  # the same key, planned again
+
+
 def test_config_of_says_what_a_call_runs_and_from_where(monkeypatch):
     """`config_of` reports `plan.chosen_config` for the checked problem on the operands' device."""
     from deepgemm import api

@@ -67,3 +67,19 @@ def test_the_decoder_block_runs_and_verifies_at_m_1():
     assert row["graph_us"] > 0 and row["torch_graph_us"] > 0 and row["graph_calls"] >= 1
     # 436 MB of weights at M = 1, at most 60 MB of them in L2: at 4.8 TB/s from HBM, 78 µs at the least
     assert row["graph_us"] > 70 and row["torch_graph_us"] > 70
+
+
+def test_the_heuristic_is_timed_per_call_as_a_caller_without_a_table_calls_it():
+    """With the table switched off a call the table holds runs the heuristic's pick, from the C++ path where
+    torch's calls have one; after it, the table's entry again."""
+    sm90a_library_or_skip()
+    from deepgemm.api import config_of
+
+    work = _work(1, 4096, 4096)  # in the H200's table: swap m64 n8 s1 with SHAPE_JIT, the heuristic without
+    (a, b), picked = call_launches(work, "torch")[GEMM][0].args, shape_suite.heuristic_config(1, 4096, 4096)
+    tabled = config_of(a, b)
+    with shape_suite.table_switched_off():
+        assert config_of(a, b) == (picked, "heuristic")
+        out = call_launches(work, "torch")[GEMM][0]()
+        assert out.shape == (1, 4096)
+    assert config_of(a, b) == tabled

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from deepgemm import heuristic
 from deepgemm.config import GemmConfig
 from deepgemm.heuristic import TUNED_DTYPE, config_from_fields, config_name, problem_key, tabled_fields
 from tests.fake_rows import shape_rows
@@ -86,8 +87,16 @@ def fake_gpu(monkeypatch):
                 "torch_passed": True, "device_us": 11.0, "x_torch": 1.5, "ms": 0.02}  # fmt: skip
 
     def fake_launches(work, framework, config=None):
-        seen["configs"].append(config)
-        return {GEMM: [f"gemm {config}"], TORCH: ["torch"]}
+        seen["configs"].append((config, table_on()))
+        return {GEMM: [types.SimpleNamespace(args=("a", "b"), config=config)], TORCH: ["torch"]}
+
+    tables_dir = heuristic.TABLES_DIR
+
+    def table_on():
+        return tables_dir == heuristic.TABLES_DIR
+
+    def fake_config_of(a, b):  # the table's entry, or with the table switched off the heuristic's pick
+        return (TABLE_CONFIG, "table") if table_on() else (seen["heuristic"], "heuristic")
 
     def fake_graph(graphs, work):
         seen["graphs"].append([(prefix, call_ms) for prefix, (_, call_ms) in graphs.items()])
@@ -103,7 +112,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(shape_suite, "call_launches", fake_launches)
     monkeypatch.setattr(shape_suite, "graph_fields", fake_graph)
     monkeypatch.setattr(shape_suite, "measure", fake_measure)
-    monkeypatch.setattr(shape_suite, "config_of", lambda a, b: (TABLE_CONFIG, "table"))
+    monkeypatch.setattr(shape_suite, "config_of", fake_config_of)
     monkeypatch.setattr(shape_suite, "heuristic_config", lambda m, n, k: seen["heuristic"])
     return seen
 
@@ -113,7 +122,9 @@ def test_a_row_times_the_call_torch_and_the_heuristics_pick_in_graphs_and_per_ca
     assert (row["dtype"], row["m"], row["n"], row["k"]) == ("bf16", 96, 4096, 4096)
     assert (row["config"], row["config_source"]) == ("n128 c1 s1 st6", "table")
     assert (row["heuristic_config"], row["heuristic_same"]) == ("n64 c1 s2 st8", False)
-    assert fake_gpu["configs"] == [None, OTHER_CONFIG] and fake_gpu["measured"] == [shape_suite.HEURISTIC]
+    # the heuristic per call as a caller without a table calls it (no config, the table off); in a graph by config
+    assert fake_gpu["configs"] == [(None, True), (None, False), (OTHER_CONFIG, True)]
+    assert fake_gpu["measured"] == [shape_suite.HEURISTIC]
     # the three graphs timed together (alternated), each sized by that call's own time per call, in ms
     assert fake_gpu["graphs"] == [[("", 0.02), ("torch_", 0.03), ("heuristic_", 0.025)]]
     assert fake_gpu["timing"] == shape_suite.CALL_TIMING
