@@ -524,7 +524,7 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shapes = {(r["m"], r["n"], r["k"]) for r in results.load("shapes")["rows"]}
     assert "the model picks it at none of the 102 shapes" in text and len(shapes) == 102
     assert not any(heuristic.choose(m, n, k, 132).stream_k for m, n, k in shapes)
-    assert "That meets neither aim (3% on average, 10% at worst)" in text and mean > 3 and worst > 10
+    assert "That meets the aim on average (3%), not at worst (10%)" in text and mean <= 3 and worst > 10
     alone = tables.band_summary(results.load("shapes")["rows"])
     line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
     assert f"alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
@@ -627,11 +627,12 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     reached = {dtype: {(b["n"], b["k"]) for b in judged if b["aim"] == "yes" and b["dtype"] == dtype}
                for dtype in ("fp16", "bf16")}  # fmt: skip
     met = reached["fp16"] & reached["bf16"]
-    assert reached["bf16"] == reached["fp16"] == met and (4096, 7168) in met
+    assert reached["bf16"] - reached["fp16"] == {(4096, 7168)} and reached["fp16"] == met
     said = f"{NUMBER_WORDS[len(met)].capitalize()} of the {NUMBER_WORDS[len(judged) // 2]} weights"
-    just = [stream[d, 4096, 7168]["graph_gbs"] / 1e3 for d in ("fp16", "bf16")]
-    assert max(just) < 3.55 and (  # "just"
-        f"{said} of 32 MB or more reach it in both dtypes, 4096 x 7168 just ({span(min(just), max(just), 2)} TB/s)"
+    edge = [stream[d, 4096, 7168]["graph_gbs"] / 1e3 for d in ("fp16", "bf16")]
+    assert edge[0] < 3.5 <= edge[1] < 3.55 and (  # "at its edge": FP16 under the aim, BF16 just over
+        f"{said} of 32 MB or more reach it in both dtypes; 4096 x 7168 is at its edge ({edge[0]:.2f} TB/s in FP16, "
+        f"{edge[1]:.2f} in BF16)"
     ) in text
     slow = [stream[d, n, 4096]["graph_gbs"] / 1e3 for d in ("fp16", "bf16") for n in (4096, 6144)]
     assert f"stream {span(min(slow), max(slow), 2)} TB/s (still ahead of `torch.matmul` at 4096 x 4096)" in text
