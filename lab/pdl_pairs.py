@@ -64,12 +64,21 @@ def pairs_at(m: int, n: int, k: int, dtype_name: str, sm_count: int, gpu: str) -
     entries = [time_config(with_pdl(cfg, pdl), work)[0] for cfg in tiles_of(m, n, k, sm_count, gpu) for pdl in (0, 1)]
     torch_graph_us = time_in_graphs([e for e in entries if e["passed"]], work)
     row = {"dtype": dtype_name, "m": m, "n": n, "k": k, "torch_graph_us": torch_graph_us, "candidates": entries}
-    for off, on in zip(entries[::2], entries[1::2], strict=True):
-        if off.get("graph_us") and on.get("graph_us"):
-            print(f"{dtype_name} {m}x{n}x{k} {off['name']:<28} graph {off['graph_us']:7.2f} us, with PDL "
-                  f"{on['graph_us']:7.2f} (x {off['graph_us'] / on['graph_us']:.3f}); torch {torch_graph_us:7.2f}",
-                  flush=True)  # fmt: skip
+    print("\n".join(pair_lines([row])), flush=True)
     return row
+
+
+def pair_lines(rows: list[dict]) -> list[str]:
+    """Each pair timed in graphs as one line: the tiles, the time without PDL and with it, torch's."""
+    lines = []
+    for row in rows:
+        for off, on in zip(row["candidates"][::2], row["candidates"][1::2], strict=True):
+            if off.get("graph_us") and on.get("graph_us"):
+                gain = off["graph_us"] / on["graph_us"]
+                lines.append(f"{row['dtype']} {row['m']}x{row['n']}x{row['k']} {off['name']:<28} graph "
+                             f"{off['graph_us']:7.2f} us, with PDL {on['graph_us']:7.2f} (x {gain:.3f}); "
+                             f"torch {row['torch_graph_us']:7.2f}")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help=f"write lab/results/<gpu>/{RECORD}.json")
     args = parser.parse_args(argv)
     if not gpu_available():
-        show_recorded(RECORD, None, directory=RESULTS_DIR, command="python -m lab.pdl_pairs --record")
+        show_recorded(RECORD, pair_lines, directory=RESULTS_DIR, command="python -m lab.pdl_pairs --record")
         return 0
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     device = cupy.cuda.Device().id

@@ -25,3 +25,9 @@ def test_every_config_launched_is_one_the_kernel_takes_with_pdl_on_and_off():
             assert "PDL" not in cfg.extra and "SHAPE_JIT" not in cfg.extra
             for pdl in (0, 1):
                 check_config(pdl_pairs.with_pdl(cfg, pdl).merged_over(DEFAULTS))
+
+
+def test_without_a_gpu_the_record_prints_each_pair_timed_in_graphs(capsys):
+    pdl_pairs.main([])
+    shown = capsys.readouterr().out
+    assert "fp16 1x24576x1536 swap m256 n8 c1 s1 st6" in shown and "with PDL" in shown and "(x 0.883)" in shown
