@@ -13,27 +13,21 @@ lab/results/<gpu>/library_space.json.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
-
-import cupy
 
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
 from deepgemm.heuristic import MAX_BLOCK_N, WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, max_stages
 from deepgemm.model import ceil_div, round_up
 from deepgemm.plan import DEFAULTS, check_config
-from lab import RESULTS_DIR, record
-from tutorial import precompile
+from lab import shape_sweep
 from tutorial.autotune import TUNED_LAYOUT, time_config
 from tutorial.bench import Workload
 from tutorial.call_suite import require_torch
-from tutorial.runner import gpu_available, show_recorded
 from tutorial.timing import device_us_per_call
 
-RECORD = "library_space"
 DEFAULT_SHAPES = (
     "1x4096x4096,16x4096x4096,64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,777x4096x4096,"
     "1024x4096x4096,2048x4096x4096,4096x4096x4096,1x28672x4096,128x28672x4096,512x28672x4096,4096x2112x7168"
@@ -144,22 +138,12 @@ def sweep_shape(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.library_space", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,... (default: %(default)s)")
-    parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
-    parser.add_argument("--record", action="store_true", help=f"write lab/results/<gpu>/{RECORD}.json")
-    args = parser.parse_args(argv)
-    if not gpu_available():
-        show_recorded(RECORD, None, directory=RESULTS_DIR, command="python -m lab.library_space --record")
-        return 0
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
-    sm_count = device_limits(cupy.cuda.Device().id).sm_count
-    every = [c for m, n, k in shapes for c in candidates(m, n, k, sm_count)]
-    print(f"{len(every)} candidates; compiled in {precompile.warm(every, args.dtype, TUNED_LAYOUT):.0f} s", flush=True)
-    rows = [sweep_shape(m, n, k, args.dtype, sm_count) for m, n, k in shapes]
-    if args.record:
-        record(RECORD, "lab.library_space", None, rows)
-    return 0 if all(e["passed"] for row in rows for e in row["candidates"] if "error" not in e) else 1
+    def sm_count(device: int) -> int:
+        return device_limits(device).sm_count
+
+    return shape_sweep.run(argv, "lab.library_space", __doc__, DEFAULT_SHAPES,
+                           lambda shape, device: candidates(*shape, sm_count(device)),
+                           lambda shape, dtype, device: sweep_shape(*shape, dtype, sm_count(device)))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,23 +14,17 @@ can be fitted to (`--record`: lab/results/<gpu>/pdl_pairs.json).
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import replace
 from typing import Any
-
-import cupy
 
 from deepgemm import heuristic
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
+from deepgemm.model import round_up
 from deepgemm.operands import device_name
-from lab import RESULTS_DIR, record
-from tutorial import precompile
+from lab import shape_sweep
 from tutorial.autotune import TUNED_LAYOUT, time_config, time_in_graphs
 from tutorial.bench import Workload
-from tutorial.runner import gpu_available, show_recorded
 
-RECORD = "pdl_pairs"
 DEFAULT_SHAPES = (
     "1x24576x1536,16x24576x1536,1x7168x2048,16x7168x2048,1x6144x4096,16x6144x4096,1x4096x4096,"
     "64x4096x4096,1x2112x7168,128x7168x2048"
@@ -43,10 +37,9 @@ def tiles_of(m: int, n: int, k: int, sm_count: int, gpu: str) -> list[GemmConfig
     (the tokens in one tile of 8 to 32), the one whose PDL went both ways in the record."""
     picked = heuristic.choose(m, n, k, sm_count).config()
     tabled = heuristic.table(heuristic.table_path(gpu)).get((heuristic.TUNED_DTYPE, m, n, k))
-    wide = heuristic.Choice(heuristic.WIDE_BLOCK_M, -(-m // 8) * 8, 1, 1, 0, 0.0, swap_ab=True)
-    wide = replace(wide, num_stages=heuristic.max_stages(wide.block_n, wide.block_m, swap_ab=True))
+    wide = heuristic.priced(heuristic.Tiling(heuristic.WIDE_BLOCK_M, round_up(m, 8), swap_ab=True), 0.0).config()
     found = {}
-    for cfg in (picked, tabled, wide.config() if m <= 32 else None):
+    for cfg in (picked, tabled, wide if m <= 32 else None):
         if cfg is not None:
             fields = {**heuristic.config_fields(cfg), "PDL": 0}
             fields.pop("SHAPE_JIT", None)
@@ -82,23 +75,13 @@ def pair_lines(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.pdl_pairs", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,... (default: %(default)s)")
-    parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
-    parser.add_argument("--record", action="store_true", help=f"write lab/results/<gpu>/{RECORD}.json")
-    args = parser.parse_args(argv)
-    if not gpu_available():
-        show_recorded(RECORD, pair_lines, directory=RESULTS_DIR, command="python -m lab.pdl_pairs --record")
-        return 0
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
-    device = cupy.cuda.Device().id
-    sm_count, gpu = device_limits(device).sm_count, device_name(device)
-    every = [with_pdl(c, p) for m, n, k in shapes for c in tiles_of(m, n, k, sm_count, gpu) for p in (0, 1)]
-    print(f"{len(every)} configs; compiled in {precompile.warm(every, args.dtype, TUNED_LAYOUT):.0f} s", flush=True)
-    rows = [pairs_at(m, n, k, args.dtype, sm_count, gpu) for m, n, k in shapes]
-    if args.record:
-        record(RECORD, "lab.pdl_pairs", None, rows)
-    return 0 if all(e["passed"] for row in rows for e in row["candidates"]) else 1
+    def gpu(device: int) -> tuple[int, str]:
+        return device_limits(device).sm_count, device_name(device)
+
+    return shape_sweep.run(argv, "lab.pdl_pairs", __doc__, DEFAULT_SHAPES,
+                           lambda shape, device: [with_pdl(c, p) for c in tiles_of(*shape, *gpu(device))
+                                                  for p in (0, 1)],
+                           lambda shape, dtype, device: pairs_at(*shape, dtype, *gpu(device)), pair_lines)  # fmt: skip
 
 
 if __name__ == "__main__":
