@@ -151,6 +151,10 @@ SM_HBM_GBS = 60.0  # what one SM's loads in flight stream from HBM: stages in fl
 # record's 1 x 4096 x 4096 streams its 32 MB weight from 64 SMs (swap m64 n8 s1) in 12.7 us, 8.0 past
 # LAUNCH_US: 65 GB/s each; held at 40 the model split K to busy 128 SMs, which ran 8% slower (13% at K 14336)
 L2_GBS = 8000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
+L2_MERGE_READERS = 13  # the reads of one operand tile the L2 request coalescer lets through when all its
+# readers run at once: Nsight Compute counted 33 clusters' reads of one token tile merged to about 13 at
+# 512 and 256 x 2112 x 7168 (swapped 64 x 128 tiles in 1 x 2 clusters), 22 to about 13 at 128 x 2112 x 7168,
+# and no merge among 8 (lab/results/h200/profile_mid_m.json)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
@@ -324,10 +328,20 @@ def k_tile_clocks(t: Tiling) -> float:
     return max(mma, loads) + K_TILE_OVERHEAD_CLOCKS + CLUSTER_SYNC_CLOCKS * (t.cluster_m * t.cluster_n - 1)
 
 
-def l2_bytes(t: Tiling, tile_k_tiles: int) -> float:
-    """Operand bytes all CTAs fetch from L2 for `tile_k_tiles` k-tiles of cluster tiles: per cluster tile
-    and k-tile, CLUSTER_M tiles of A's rows and CLUSTER_N of B's, each fetched once and multicast."""
-    return tile_k_tiles * (t.cluster_m * t.block_m + t.cluster_n * t.block_n) * BLOCK_K * ELEMENT_BYTES
+def l2_bytes(m: int, n: int, k: int, t: Tiling, one_round: bool) -> float:
+    """Operand bytes L2 serves all CTAs: per cluster tile and k-tile, CLUSTER_M tiles of A's rows and
+    CLUSTER_N of B's, each fetched once and multicast. A cluster row's A is read by every cluster of that
+    row, a cluster column's B by every cluster of that column; where all of them run at once (one round)
+    and walk K in step, the coalescer merges the reads of one tile past L2_MERGE_READERS."""
+    rows, columns = kernel_dims(m, n, t.swap_ab)
+    cluster_rows = ceil_div(ceil_div(rows, t.block_m), t.cluster_m)
+    cluster_columns = ceil_div(ceil_div(columns, t.block_n), t.cluster_n)
+    readers_a, readers_b = cluster_columns, cluster_rows
+    if one_round:
+        readers_a, readers_b = min(readers_a, L2_MERGE_READERS), min(readers_b, L2_MERGE_READERS)
+    a_rows = readers_a * cluster_rows * t.cluster_m * t.block_m
+    b_rows = readers_b * cluster_columns * t.cluster_n * t.block_n
+    return ceil_div(k, BLOCK_K) * (a_rows + b_rows) * BLOCK_K * ELEMENT_BYTES
 
 
 class Price(NamedTuple):
@@ -336,7 +350,8 @@ class Price(NamedTuple):
     fewer rounds: what would be faster at the full clock), the outputs computed, padding included (fewer
     waste fewer MMAs), the busiest worker's k-tile loop (among equals bound by HBM, the one that spreads
     the stream over more SMs, each with less to fetch), the SMs kept busy (fewer leave power to the
-    others), the tile's area, negated (the larger tile), and the cluster's CTAs (fewer to wait for)."""
+    others), the tile's area, negated (the larger tile), the cluster's CTAs (fewer to wait for), and whether
+    the cluster multicasts only the tokens' tile, not the weight's (the weight's multicast is the faster)."""
 
     estimate_us: float
     unpowered_us: float
@@ -345,6 +360,7 @@ class Price(NamedTuple):
     busy_sms: int
     smaller_tile: int
     cluster_ctas: int
+    tokens_multicast: bool
 
 
 def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
@@ -355,7 +371,8 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     size, area = t.cluster_m * t.cluster_n, t.block_m * t.block_n
     busy = work.workers * size
     hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
-    l2_us = l2_bytes(t, work.tiles * ceil_div(k, BLOCK_K)) / (L2_GBS * 1e3)
+    one_round = not t.stream_k and work.tiles * t.split_k <= slots(t, sm_count)
+    l2_us = l2_bytes(m, n, k, t, one_round) / (L2_GBS * 1e3)
     k_padded = ceil_div(k, BLOCK_K) * BLOCK_K
     power_us = work.tiles * size * area * k_padded * 2 / (POWER_TFLOPS * 1e6)
     fixup_us = 0.0
@@ -364,7 +381,14 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
         fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
     rest_us = fixup_us + staged_us(m, n, t) + LAUNCH_US
     estimate, unpowered = max(loop_us, hbm_us, l2_us, power_us) + rest_us, max(loop_us, hbm_us, l2_us) + rest_us
-    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, size)
+    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, size, multicasts_tokens_only(t))
+
+
+def multicasts_tokens_only(t: Tiling) -> bool:
+    """Whether the cluster shares the tokens' tile and not the weight's: plain, the tokens are A (shared along
+    N', CLUSTER_N); swapped, they are B (shared along M', CLUSTER_M)."""
+    shares_tokens, shares_weight = (t.cluster_m, t.cluster_n) if t.swap_ab else (t.cluster_n, t.cluster_m)
+    return shares_tokens > 1 and shares_weight == 1
 
 
 def staged_us(m: int, n: int, t: Tiling) -> float:

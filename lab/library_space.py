@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from deepgemm import heuristic
 from deepgemm.config import GemmConfig
 from deepgemm.driver import device_limits
 from deepgemm.heuristic import MAX_BLOCK_N, WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, max_stages
@@ -34,6 +35,7 @@ DEFAULT_SHAPES = (
 )
 TIGHT_TILES = 3  # tile counts tried along a dimension: the fewest that cover it, and one or two more
 SWAP_UP_TO_M = 1024  # the tokens as wgmma's N: weighed up to this M (cuBLAS does so at 777)
+MODEL_CHEAPEST = 24  # the cost model's cheapest candidates, swept beside the sweep's own families
 
 
 def tight_widths(size: int, step: int, widest: int = 256, fewest: int = 16) -> list[int]:
@@ -74,8 +76,9 @@ def _clusters(swap: int, tiles_m: int, tiles_n: int) -> list[tuple[int, int]]:
 
 
 def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
-    """The sweep's configurations at one shape (module docstring), every one the kernel can take."""
-    found = []
+    """The sweep's configurations at one shape (module docstring), every one the kernel can take, and the
+    cost model's MODEL_CHEAPEST cheapest (what the heuristic and autotune would weigh first)."""
+    found = [choice.config() for choice in heuristic.candidates(m, n, k, sm_count)[:MODEL_CHEAPEST]]
     k_tiles = ceil_div(k, 64)
     for swap in (0, 1) if m <= SWAP_UP_TO_M else (0,):
         rows, cols = (n, m) if swap else (m, n)  # the kernel's M and N
@@ -85,7 +88,7 @@ def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
             widest = WIDE_MAX_BLOCK_N if block_m == WIDE_BLOCK_M else MAX_BLOCK_N
             for block_n in tight_widths(cols, step, widest=widest, fewest=step):
                 found += _configs(swap, block_m, block_n, rows, cols, sm_count, k_tiles)
-    return found
+    return list({config.key(): config for config in found}.values())
 
 
 def _configs(swap: int, block_m: int, block_n: int, rows: int, cols: int, sm_count: int,
