@@ -171,6 +171,11 @@ PDL_BELOW_US = 50.0
 # In the autotune record's CUDA graphs (results/h200/autotune.json, both orientations, under 50 us), PDL took
 # a median 3.4% off 84 of 99 configurations of whole tiles, and added a median 1.5% to 52 of 54 that cut
 # tiles along K (split-K, stream-K): the model launches those without it.
+PDL_CROWDED_BELOW_M = 128
+# With PDL the next call's CTAs start on the SMs a grid leaves free. In CUDA graphs (lab/results/h200/
+# pdl_pairs.json and autotune.json, whole tiles under 50 us) PDL slowed none of 21 grids of 66 busy SMs or
+# fewer (the next grid fits beside them), 5 of 75 of 100 or more, and 17 of 23 of 80 to 99, by up to 12%
+# (1 x 24576 x 1536, 1 and 16 x 6144 x 4096); the six of those that gained have M of 192 to 512.
 
 
 class Tiling(NamedTuple):
@@ -546,13 +551,15 @@ def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[f
 def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False) -> Choice:
     """The model's pick for an M x N x K problem on `sm_count` SMs."""
     best, t = ranked(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
-    return replace(priced(t, best.estimate_us), pdl=pdl_pays(t, best.estimate_us))
+    return replace(priced(t, best.estimate_us), pdl=pdl_pays(t, best, m, sm_count))
 
 
-def pdl_pays(t: Tiling, estimate_us: float) -> bool:
-    """Whether the model launches a tiling with PDL: under PDL_BELOW_US, and only where no tile is cut along
-    K (split-K, stream-K): in CUDA graphs PDL costs those (the note at PDL_BELOW_US)."""
-    return estimate_us < PDL_BELOW_US and t.split_k == 1 and not t.stream_k
+def pdl_pays(t: Tiling, price: Price, m: int, sm_count: int) -> bool:
+    """Whether the model launches a tiling with PDL: under PDL_BELOW_US, only where no tile is cut along K
+    (split-K, stream-K), and not at small M on a grid that keeps more than half and at most three quarters
+    of the SMs busy: in CUDA graphs PDL costs those (the notes at PDL_BELOW_US and PDL_CROWDED_BELOW_M)."""
+    crowded = m < PDL_CROWDED_BELOW_M and sm_count // 2 < price.busy_sms <= sm_count * 3 // 4
+    return price.estimate_us < PDL_BELOW_US and t.split_k == 1 and not t.stream_k and not crowded
 
 
 # ---- the table ---------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "library_space": "python -m lab.library_space --record",
     "op_host": "python -m lab.op_host --record",
     "pdl_pairs": "python -m lab.pdl_pairs --record",
+    "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "
+    "provenance has the shapes and configs)",
     "train_gemms": "python -m lab.train_gemms --record",
     "sm80_variants": "python -m lab.sm80_variants --record",
     "sm80_space": "python -m lab.sm80_space --record",

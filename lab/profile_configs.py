@@ -5,21 +5,23 @@ each named config of the library kernel, all inside one profiler range after war
 `tutorial.profile` (tensor-pipe activity, L2 and DRAM bytes, what reached the SMs, stalls). Where a config
 runs near torch in time but not in tensor-pipe activity, the counters say which limit it meets first.
 
-    python -m lab.profile_configs --shape 512x2112x7168 --configs "m64 n160 c2 s1 st7;swap m64 n176 c1 s1 st7"
+    python -m lab.profile_configs --shape 512x2112x7168 --configs "m64 n160 c2 s1 st7;swap m64 n176 c1 s1 st7" \\
+        --record profile_mid_m
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
+from lab import RESULTS_DIR, record
+from tutorial import results
 from tutorial.profile import METRICS, ncu_binary, parse_ncu_rows, run_ncu, tidy
+from tutorial.runner import gpu_available
 
 TORCH = "torch"
+DEFAULT_RECORD = "profile_mid_m"
 WARMUP = 3
 KERNELS = "regex:nvjet|gemm|xmma|cutlass"  # the library's gemm_kernel and cuBLAS's GEMM kernels
 
@@ -89,21 +91,26 @@ def summary_line(row: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", action="append", required=True, help="MxNxK; repeat for more shapes")
-    parser.add_argument("--configs", action="append", required=True,
-                        help="config names separated by ';', one --configs per --shape")  # fmt: skip
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.profile_configs", description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", action="append", help="MxNxK; repeat for more shapes")
+    parser.add_argument("--configs", action="append", help="config names separated by ';', one --configs per --shape")
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     parser.add_argument("--run", action="store_true", help="(internal) the launches ncu profiles")
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
-    args = parser.parse_args()
-    if len(args.configs) != len(args.shape):
+    parser.add_argument("--record", default=None, metavar="NAME", help="write lab/results/<gpu>/NAME.json")
+    args = parser.parse_args(argv)
+    if not gpu_available():
+        name = args.record or DEFAULT_RECORD
+        print(f"no GPU here: the record {name}.json ({results.load(name, RESULTS_DIR)['provenance']['command']})")
+        for row in results.load(name, RESULTS_DIR)["rows"]:
+            print(f"{row.get('config', '?'):28} {summary_line(row)}")
+        return 0
+    if not args.shape or len(args.configs or []) != len(args.shape):
         parser.error("give one --configs per --shape")
     if args.run:
         launch_all(args.shape[0], args.configs[0].split(";"), args.dtype)
-        return
+        return 0
     rows = []
     for shape, configs in zip(args.shape, args.configs):
         names = [TORCH, *[c.strip() for c in configs.split(";") if c.strip() and c.strip() != TORCH]]
@@ -113,9 +120,10 @@ def main() -> None:
         rows += found
         for row in found:
             print(f"{row.get('config', '?'):28} {summary_line(row)}", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps({"env": {"commit": os.environ.get("DEEPGEMM_COMMIT")}, "rows": rows}, indent=1))
+    if args.record:
+        record(args.record, "lab.profile_configs", argv, rows)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -174,7 +175,7 @@ def test_ties_go_to_less_padding_then_fewer_sms_then_the_larger_tile():
     assert t.swap_ab and t.block_n == 8 and plain.estimate_us == best.estimate_us and plain.computed > best.computed
     assert [p for p, _ in ranked] == sorted(p for p, _ in ranked)
     assert heuristic.Price._fields == ("estimate_us", "unpowered_us", "computed", "loop_us", "busy_sms",
-                                       "smaller_tile", "cluster_ctas")  # fmt: skip
+                                       "smaller_tile", "cluster_ctas", "tokens_multicast")  # fmt: skip
 
 
 def test_among_tilings_bound_by_hbm_alike_the_shorter_loop_goes_first():
@@ -606,9 +607,53 @@ def test_shape_jit_contest_keeps_the_faster_in_a_graph_and_records_both(monkeypa
 def test_the_model_launches_cut_tiles_without_pdl():
     """PDL under PDL_BELOW_US, but not where tiles are cut along K: in the record's CUDA graphs it cost 52 of
     54 split-K and stream-K configurations a median 1.5% (the note at PDL_BELOW_US)."""
-    assert heuristic.pdl_pays(heuristic.Tiling(64, 8, swap_ab=True), 12.0)
-    assert not heuristic.pdl_pays(heuristic.Tiling(64, 8, split_k=2, swap_ab=True), 12.0)
-    assert not heuristic.pdl_pays(heuristic.Tiling(64, 8, stream_k=1, swap_ab=True), 12.0)
-    assert not heuristic.pdl_pays(heuristic.Tiling(128, 256), heuristic.PDL_BELOW_US)
+
+    def pays(t: heuristic.Tiling, estimate_us: float = 12.0, busy: int = 64, m: int = 1) -> bool:
+        return heuristic.pdl_pays(t, heuristic.Price(estimate_us, estimate_us, 0, 0.0, busy, 0, 1, False), m, 132)
+
+    assert pays(heuristic.Tiling(64, 8, swap_ab=True))
+    assert not pays(heuristic.Tiling(64, 8, split_k=2, swap_ab=True))
+    assert not pays(heuristic.Tiling(64, 8, stream_k=1, swap_ab=True))
+    assert not pays(heuristic.Tiling(128, 256), heuristic.PDL_BELOW_US)
     cut = heuristic.choose(1, 2112, 7168, 132)
     assert cut.split_k > 1 and not cut.pdl
+
+
+@pytest.mark.parametrize(("busy", "m", "pays"), [(66, 1, True), (67, 1, False), (96, 16, False), (99, 127, False),
+                                                 (100, 1, True), (96, 128, True), (132, 1, True)])  # fmt: skip
+def test_no_pdl_at_small_m_where_the_grid_leaves_a_third_of_the_next_one_room(busy, m, pays):
+    """PDL_CROWDED_BELOW_M: at M under 128, a grid keeping 67 to 99 of 132 SMs busy runs without PDL."""
+    price = heuristic.Price(12.0, 12.0, 0, 0.0, busy, 0, 1, False)
+    assert heuristic.pdl_pays(heuristic.Tiling(64, 8, swap_ab=True), price, m, 132) is pays
+
+
+def test_one_round_reads_of_a_tile_past_the_coalescers_count_are_merged():
+    """L2_MERGE_READERS: in a grid of one round, the reads of one operand tile past 13 concurrent readers are
+    merged. Swapped 64 x 128 tiles in 1 x 2 clusters at 512 x 2112 x 7168: 33 clusters read each token tile."""
+    t = heuristic.Tiling(64, 128, cluster_n=2, swap_ab=True)
+    k_tile_row_bytes = 112 * 64 * 2  # a row of one operand across K
+    weight_rows = 2 * 33 * 64  # read by the 2 clusters of its cluster row, multicast inside each
+    token_rows = 2 * 2 * 128  # the cluster column's two token tiles, each read by each of the 33 cluster rows
+    assert heuristic.l2_bytes(512, 2112, 7168, t, one_round=False) == k_tile_row_bytes * (weight_rows + 33 * token_rows)
+    assert heuristic.l2_bytes(512, 2112, 7168, t, one_round=True) == k_tile_row_bytes * (weight_rows + 13 * token_rows)
+
+
+def test_merged_l2_reads_match_what_nsight_compute_counted_in_one_round_grids():
+    """The L2 read bytes the model counts for the library kernel's one-round grids in the profile record
+    (lab/results/h200/profile_mid_m.json: the SMs' read sectors, 32 bytes each), merged and not."""
+    from lab import RESULTS_DIR
+
+    errors = {True: [], False: []}
+    for row in results.load("profile_mid_m", RESULTS_DIR)["rows"]:
+        if row["config"] == "torch":
+            continue
+        m, n, k = (int(v) for v in row["shape"].split("x"))
+        t = heuristic.tiling_of(heuristic.config_from_name(row["config"]))
+        if heuristic.tiles_of(m, n, t) * t.split_k > heuristic.slots(t, 132):
+            continue  # more than one round
+        measured = row["l2_read_sectors_from_sms"] * 32
+        for merged in errors:
+            errors[merged].append(abs(math.log(heuristic.l2_bytes(m, n, k, t, merged) / measured)))
+    assert len(errors[True]) == 8
+    assert statistics.median(errors[True]) < 0.1 and max(errors[True]) < 0.4  # within 10% mostly, 43% at worst
+    assert statistics.median(errors[False]) > 0.3
