@@ -23,6 +23,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "gpc_placement": "python -m lab gpc --record",
     "call_host": "python -m lab.call_host --against .old --record (.old: a checkout of the commit compared with)",
     "library_space": "python -m lab.library_space --record",
+    "library_space_mid_m": "python -m lab.library_space --shapes ... --name library_space_mid_m --record (the "
+    "record's provenance has the shapes)",
     "op_host": "python -m lab.op_host --record",
     "pdl_pairs": "python -m lab.pdl_pairs --record",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "

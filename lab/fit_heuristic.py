@@ -5,7 +5,7 @@ held, keeps the best, and moves on, until a pass changes nothing; from the modul
 random points of the grid (one descent stops in the first valley it finds), the best of them. The rows are
 the autotune record's; the lab's 2 x 2 against 2 x 1 (lab/results/h200/v5_cluster_n.json, `python -m
 lab.rounds`), since that record holds no cluster of more than two CTAs; and the lab's sweep of the whole
-space (lab/results/h200/library_space.json, `python -m lab.library_space`) where it is recorded. The score is
+space (lab/results/h200/library_space*.json, `python -m lab.library_space`) where it is recorded. The score is
 the mean regret of the model's first choice over the FP16 rows (its measured time over the fastest
 candidate's) plus ERROR_WEIGHT x the mean |log(estimate / measured)| of every timed candidate: the record
 times only the old space's candidates, and the new space's picks rest on estimates that compare across
@@ -47,10 +47,11 @@ GRID = {  # the values each fitted constant may take
     "FIXUP_US": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0),
     "CLUSTER_SYNC_CLOCKS": (0, 16, 32, 48, 64, 96, 128, 160),
     "POWER_TFLOPS": (600.0, 650.0, 680.0, 700.0, 720.0, 750.0, 800.0, 1e9),
+    "L2_MERGE_READERS": (4, 6, 8, 10, 13, 16, 20, 1e9),
 }
 HELD = {"SM_HBM_GBS": 60.0}  # not searched: fitted free it goes to 1e9 (no bound); 60: what M = 1 streams per SM
 CLUSTER_RECORD = "v5_cluster_n"  # lab.rounds: v5 (128 x 256, 4 stages) in clusters of 2 x 1 and 2 x 2
-SPACE_RECORD = "library_space"  # lab.library_space: the library's whole space at chosen shapes, where recorded
+SPACE_RECORDS = ("library_space", "library_space_mid_m")  # lab.library_space at chosen shapes, where recorded
 
 
 @contextmanager
@@ -146,9 +147,9 @@ def cluster_rows() -> list[dict]:
 
 
 def space_rows() -> list[dict]:
-    """The lab's sweep of the library's space (autotune rows, many candidates each), where it is recorded."""
-    found = (RESULTS_DIR / f"{SPACE_RECORD}.json").is_file()
-    return results.load(SPACE_RECORD, RESULTS_DIR)["rows"] if found else []
+    """The lab's sweeps of the library's space (autotune rows, many candidates each), where recorded."""
+    found = [name for name in SPACE_RECORDS if (RESULTS_DIR / f"{name}.json").is_file()]
+    return [row for name in found for row in results.load(name, RESULTS_DIR)["rows"]]
 
 
 def layer(row: dict) -> tuple[int, int]:

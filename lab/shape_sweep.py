@@ -33,7 +33,9 @@ def run(
     parser.add_argument("--shapes", default=default_shapes, help="MxNxK,... (default: %(default)s)")
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     parser.add_argument("--record", action="store_true", help=f"write lab/results/<gpu>/{name}.json")
+    parser.add_argument("--name", default=name, help="the record's name, for a sweep kept beside the default's")
     args = parser.parse_args(argv)
+    name = args.name
     if not gpu_available():
         show_recorded(name, summary, directory=RESULTS_DIR, command=f"python -m {module} --record")
         return 0
