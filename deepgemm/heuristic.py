@@ -58,7 +58,10 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
   stream-K, narrow tiles) that enough SMs stream part of it. Where several tilings reach HBM_GBS alike,
   the one whose busiest worker has the shorter k-tile loop goes first: its SMs each fetch less.
 - **L2** bounds the whole too: every CTA's operand bytes, each multicast counted once, at L2_GBS. This is
-  where a cluster pays in large problems: 128 x 256 tiles without one fetch 1.5 times the bytes.
+  where a cluster pays in large problems: 128 x 256 tiles without one fetch 1.5 times the bytes. Where the
+  grid is one round, every CTA walks K at about the same pace, and the L2 request coalescer merges
+  identical reads in flight: a tile read by more than L2_MERGE_READERS clusters at once costs that many
+  reads (Nsight Compute: 33 clusters reading one token tile at 512 x 2112 x 7168 cost about 13).
 - **Power** bounds the whole too: at its 700 W cap the H200 lowers its clock until the MMAs draw no more,
   so a long GEMM runs its work, padding included, at about POWER_TFLOPS however it is spread over the SMs
   (4096 x 4096 x 14336 and 2048 x 28672 x 4096: 676 TFLOP/s measured). Stream-K and split-K then buy no
@@ -71,8 +74,10 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
 
 The pick is the cheapest; among equals, the one the model without the power bound prices lower (what
 would be faster at the full clock), then the one that computes fewer padded outputs, then keeps fewer SMs
-busy (they leave power to the others), then has the larger tile, then the smaller cluster, then one along
-M' (sharing B, the kernel's default, the way the record measured it) before one along N'. The autotune
+busy (they leave power to the others), then has the larger tile, then the smaller cluster, then one that
+multicasts the weight's tile before one that multicasts only the tokens' (in the record 120 of 167 pairs
+that differ only there ran faster sharing the weight), then one along M' (sharing B, the kernel's default)
+before one along N'. The autotune
 table (`tutorial.autotune`) replaces the model's guess with a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
@@ -84,8 +89,8 @@ model's 8 cheapest candidates, the cheapest of each family and the kernel's defa
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
 free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
 space with 256-row tiles; results/h200/autotune.json) the model's first choice among the timed candidates
-is on average 2.8% slower than the fastest (at worst 28.2%; 4 of the 102 over 10%); its estimates are
-within 0.82 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
+is on average 2.2% slower than the fastest (at worst 28.2%; 5 of the 102 over 10%); its estimates are
+within 0.82 to 1.07 times the measured time for 80% of the candidates (`model_accuracy`;
 `tests/test_heuristic.py` checks these numbers against the record). Fitted on half the layers (N x K) and
 scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
 --cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 256

@@ -325,6 +325,15 @@ def test_autotune_times_the_cheapest_each_familys_best_and_the_default_within_bu
         assert len(timed) == autotune.MAX_CANDIDATES or seen | {autotune.family(c) for c in added} == set(best)
 
 
+def test_autotune_times_the_shipped_entry_too_without_its_launch_and_jit_flags():
+    """A table tuned again keeps the chance to measure its incumbent: its tiles join the candidates."""
+    incumbent = config_from_name("m64 n160 c2 s1 st7 pdl jit")
+    timed = autotune.candidate_configs(512, 2112, 7168, 132, incumbent=incumbent)
+    assert "m64 n160 c2 s1 st7" in timed and not any(name.endswith(("pdl", "jit")) for name in timed)
+    assert len(timed) <= autotune.MAX_CANDIDATES + 1
+    assert list(autotune.candidate_configs(512, 2112, 7168, 132)) == list(timed)[: len(timed) - 1]
+
+
 def test_the_table_comes_first_then_the_model():
     for row in results.load("autotune")["rows"][:6]:
         found, source = heuristic.pick_config(row["m"], row["n"], row["k"], row["dtype"], *H200, False)

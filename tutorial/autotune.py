@@ -41,6 +41,7 @@ from deepgemm.heuristic import (
     table,
     table_path,
 )
+from deepgemm.operands import device_name
 from deepgemm.plan import DEFAULTS
 from tutorial import library, precompile, results
 from tutorial.bench import Workload
@@ -72,10 +73,18 @@ def family(choice: heuristic.Choice) -> tuple[bool, str, bool, bool]:
 
 
 def candidate_configs(
-    m: int, n: int, k: int, sm_count: int, count: int = CANDIDATES, most: int = MAX_CANDIDATES
+    m: int,
+    n: int,
+    k: int,
+    sm_count: int,
+    count: int = CANDIDATES,
+    most: int = MAX_CANDIDATES,
+    incumbent: GemmConfig | None = None,
 ) -> dict[str, GemmConfig]:
     """The configurations autotune times, by name: the model's `count` cheapest; then, for diversity, the
-    cheapest of each `family` not among them, cheapest first; and the kernel's default; `most` in all."""
+    cheapest of each `family` not among them, cheapest first; and the kernel's default; `most` in all. Then
+    the `incumbent`, the shipped table's entry for the shape (its tiles: PDL and the shape compiled in are
+    tried later), so that a table tuned again never loses a configuration it measured faster."""
     ranked = heuristic.candidates(m, n, k, sm_count)
     default = GemmConfig().merged_over(DEFAULTS)
     picked = {c.name(): c.config() for c in ranked[:count]}
@@ -87,7 +96,22 @@ def candidate_configs(
         if family(choice) not in families:
             families.add(family(choice))
             picked[choice.name()] = choice.config()
-    return {**picked, config_name(default): picked.get(config_name(default), default)}
+    found = {**picked, config_name(default): picked.get(config_name(default), default)}
+    if incumbent is not None:
+        tiles = GemmConfig.from_defines({k: v for k, v in incumbent.defines().items() if k not in ("PDL", "SHAPE_JIT")})
+        found.setdefault(config_name(tiles), tiles)
+    return found
+
+
+def shape_candidates(m: int, n: int, k: int, dtype_name: str, sm_count: int) -> list[GemmConfig]:
+    """`candidate_configs` at one shape, the shipped table's entry for it the incumbent."""
+    return list(candidate_configs(m, n, k, sm_count, incumbent=incumbent_of(m, n, k, dtype_name)).values())
+
+
+def incumbent_of(m: int, n: int, k: int, dtype_name: str) -> GemmConfig | None:
+    """The shipped autotune table's entry for this GPU, shape and dtype (or TUNED_DTYPE's), if it holds one."""
+    shipped = table(table_path(device_name(cupy.cuda.Device().id)))
+    return shipped.get((dtype_name, m, n, k), shipped.get((heuristic.TUNED_DTYPE, m, n, k)))
 
 
 def tune_shape(
@@ -97,7 +121,7 @@ def tune_shape(
     sm_count = device_limits(cupy.cuda.Device().id).sm_count
     work = Workload.make(m, n, k, dtype_name).in_layout(*TUNED_LAYOUT)
     timed, plans = [], {}
-    for cfg in candidate_configs(m, n, k, sm_count).values():
+    for cfg in shape_candidates(m, n, k, dtype_name, sm_count):
         entry, launches = time_config(cfg, work)
         timed.append(entry)
         if entry["passed"]:
@@ -226,7 +250,7 @@ def tune(
     first, in parallel (`precompile.warm`)."""
     sm_count = device_limits(cupy.cuda.Device().id).sm_count
     for dtype in sorted({dtype for _, dtype in problems}):
-        configs = [c for (m, n, k), d in problems if d == dtype for c in candidate_configs(m, n, k, sm_count).values()]
+        configs = [c for (m, n, k), d in problems if d == dtype for c in shape_candidates(m, n, k, d, sm_count)]
         log(f"{len(configs)} candidates ({dtype}) compiled in {precompile.warm(configs, dtype, TUNED_LAYOUT):.0f} s")
     rows = []
     total = len(problems)
