@@ -25,6 +25,10 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "library_space": "python -m lab.library_space --record",
     "library_space_mid_m": "python -m lab.library_space --shapes ... --name library_space_mid_m --record (the "
     "record's provenance has the shapes)",
+    "library_space_mid_m2": "python -m lab.library_space --shapes ... --name library_space_mid_m2 --record (the "
+    "record's provenance has the shapes)",
+    "heuristic_refit": "python -m tutorial bench --suite shapes --part table --shapes ... --record at commit 2a720c5, "
+    f"whose heuristic (a refit of every constant with the L2 merge) was reverted; {GONE} (notes/heuristic_regret.md)",
     "op_host": "python -m lab.op_host --record",
     "pdl_pairs": "python -m lab.pdl_pairs --record",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "

@@ -51,7 +51,7 @@ GRID = {  # the values each fitted constant may take
 }
 HELD = {"SM_HBM_GBS": 60.0}  # not searched: fitted free it goes to 1e9 (no bound); 60: what M = 1 streams per SM
 CLUSTER_RECORD = "v5_cluster_n"  # lab.rounds: v5 (128 x 256, 4 stages) in clusters of 2 x 1 and 2 x 2
-SPACE_RECORDS = ("library_space", "library_space_mid_m", "library_space_mid_m2")  # lab.library_space at chosen shapes, where recorded
+SPACE_RECORDS = ("library_space", "library_space_mid_m", "library_space_mid_m2")  # lab.library_space sweeps
 
 
 @contextmanager
