@@ -81,7 +81,7 @@ before one along N'. The autotune
 table (`tutorial.autotune`) replaces the model's guess with a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
-and nine fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches seven, holds
+and ten fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches eight, holds
 the per-SM HBM bound, and sets the launch cost, which only shifts every estimate, to make the median
 estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
@@ -159,7 +159,7 @@ L2_GBS = 8000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
 L2_MERGE_READERS = 13  # the reads of one operand tile the L2 request coalescer lets through when all its
 # readers run at once: Nsight Compute counted 33 clusters' reads of one token tile merged to about 13 at
 # 512 and 256 x 2112 x 7168 (swapped 64 x 128 tiles in 1 x 2 clusters), 22 to about 13 at 128 x 2112 x 7168,
-# and no merge among 8 (lab/results/h200/profile_mid_m.json)
+# and no merge among 8 (lab/results/h200/profile_mid_m.json); lab.fit_heuristic, refitting every constant, keeps 13
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep

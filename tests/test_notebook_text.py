@@ -516,7 +516,10 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     assert f"{said}; it ran {slower}% slower than the fastest" in text
     shown = [((m, n, k), c.name()) for m, n, k in ((1, 4096, 4096), (128, 4096, 4096), (4096, 2112, 7168))
              for c in heuristic.candidates(m, n, k, 132)[:4]]  # fmt: skip
-    assert all(name in measured_at(*shape) for shape, name in shown) and "A dash" not in text  # all twelve timed
+    untimed = [(shape, name) for shape, name in shown if name not in measured_at(*shape)]
+    assert [shape for shape, _ in untimed] == [(128, 4096, 4096)] * 2 and (  # the model changed since the record
+        "A dash marks a configuration autotune did not time: two at 128 x 4096 x 4096" in text
+    )
     regrets, _ = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
     mean, worst = 100 * (statistics.mean(regrets) - 1), 100 * (max(regrets) - 1)
     over = sum(r > 1.10 for r in regrets)
@@ -577,7 +580,7 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     ) in text
     big = [r["x_torch_graph"] for r in rows if r["n"] == 28672 and r["m"] <= 32]
     behind = [ratio for ratio in big if ratio < 1]
-    said = f"{len(behind)} of the {len(big)} rows of M 1 to 32 at 28672 x 4096, {min(behind):.2f} to {max(behind):.2f}"
+    said = f"{len(behind)} of the {len(big)} rows of M 1 to 32 at 28672 x 4096, {span(min(behind), max(behind), 2)}"
     assert said in text
     stream = {(b["dtype"], b["n"], b["k"]): b for b in tables.m1_bandwidth(rows)}
     ours_tbs, torch_tbs = (stream["fp16", 28672, 4096][f] / 1e3 for f in ("graph_gbs", "torch_graph_gbs"))
@@ -606,12 +609,11 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     at_512 = next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == ("fp16", 512, 2112, 7168))
     tile = at_512["heuristic_config"].removesuffix(" pdl")
     tuned = next(r for r in results.load("autotune")["rows"] if (r["m"], r["n"], r["k"]) == (512, 2112, 7168))
-    in_graphs = {c["name"]: c["graph_us"] for c in tuned["candidates"] if "graph_us" in c}  # near the fastest
-    assert tile in in_graphs and in_graphs[tile] > tuned["graph_us"]
+    assert tile == "n64 c2 s1 st8" and tile not in {c["name"] for c in tuned["candidates"]}
     assert at_512["graph_us"] > at_512["heuristic_graph_us"]
     assert (
-        f"its tile was among autotune's graphs this time, {in_graphs[tile]:.1f} µs against the entry's "
-        f"{tuned['graph_us']:.1f} there; in the shape table's graph, {at_512['graph_us']:.1f} against "
+        "its tile (`n64 c2`) was not among the candidates autotune timed; in the shape table's graph, "
+        f"{at_512['graph_us']:.1f} µs against "
         f"{at_512['heuristic_graph_us']:.1f}"
     ) in text
     below = sorted(r["x_torch_graph"] for r in rows if r["x_torch_graph"] < 1)
@@ -627,11 +629,11 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     reached = {dtype: {(b["n"], b["k"]) for b in judged if b["aim"] == "yes" and b["dtype"] == dtype}
                for dtype in ("fp16", "bf16")}  # fmt: skip
     met = reached["fp16"] & reached["bf16"]
-    assert reached["bf16"] - reached["fp16"] == {(4096, 7168)} and reached["fp16"] == met
+    assert reached["bf16"] == reached["fp16"] == met and (4096, 7168) in met
     said = f"{NUMBER_WORDS[len(met)].capitalize()} of the {NUMBER_WORDS[len(judged) // 2]} weights"
     edge = [stream[d, 4096, 7168]["graph_gbs"] / 1e3 for d in ("fp16", "bf16")]
-    assert edge[0] < 3.5 <= edge[1] < 3.55 and (  # "at its edge": FP16 under the aim, BF16 just over
-        f"{said} of 32 MB or more reach it in both dtypes; 4096 x 7168 is at its edge ({edge[0]:.2f} TB/s in FP16, "
+    assert all(3.5 <= e < 3.55 for e in edge) and (  # "at its edge": just over the aim
+        f"{said} of 32 MB or more reach it in both dtypes, 4096 x 7168 at its edge ({edge[0]:.2f} TB/s in FP16, "
         f"{edge[1]:.2f} in BF16)"
     ) in text
     slow = [stream[d, n, 4096]["graph_gbs"] / 1e3 for d in ("fp16", "bf16") for n in (4096, 6144)]

@@ -38,7 +38,9 @@ def test_every_lab_record_has_provenance_and_a_way_to_show_it():
         assert path.stem in cli.COMMANDS, path.stem
 
 
-GONE = {"v5_gpc": "ba931e2", "v5_hiding": "c44a640", "v5_cluster_n": "416080e", "heuristic_refit": "2a720c5"}  # record -> the commit it ran at
+GONE = {  # record -> the commit it ran at
+    "v5_gpc": "ba931e2", "v5_hiding": "c44a640", "v5_cluster_n": "416080e", "heuristic_refit": "2a720c5",
+}  # fmt: skip
 
 
 def test_a_record_whose_command_is_gone_says_so_and_names_the_commit_it_ran_at():
