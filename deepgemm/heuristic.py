@@ -97,9 +97,9 @@ scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`p
 and 512 x 4096 x 7168 and 14336, plain 128 x 128 tiles in clusters along M', 11% to 28% behind the same
 tiles swapped, which the model prices alike (the record times the pair within 5% elsewhere); at 96 x 28672
 x 4096 a swapped 256-row tile the model prices as the 128-row tile of the same area, 15% behind plain 128 x
-256 tiles; and which operand a cluster multicasts (the record before this one timed the weight's multicast
-faster in 120 of 167 pairs that differ only there; the model prices the pair alike or by L2 bytes, which
-favour the tokens').
+256 tiles; and clusters in one-round grids: with the merge, a tile without a cluster costs the L2 what the
+same tile in a cluster sharing the weight costs, and wins on the cluster's lockstep, where the lab's sweeps
+time the cluster 3 to 16% faster (256 x 4096 x 7168, 128 x 4096 x 7168; lab/results/h200/library_space_mid_m2.json).
 """
 
 from __future__ import annotations
