@@ -78,7 +78,7 @@ def _clusters(swap: int, tiles_m: int, tiles_n: int) -> list[tuple[int, int]]:
 def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
     """The sweep's configurations at one shape (module docstring), every one the kernel can take, and the
     cost model's MODEL_CHEAPEST cheapest (what the heuristic and autotune would weigh first)."""
-    found = [_as_sweep_config(choice) for choice in heuristic.candidates(m, n, k, sm_count)[:MODEL_CHEAPEST]]
+    found = [choice.config() for choice in heuristic.candidates(m, n, k, sm_count)[:MODEL_CHEAPEST]]
     k_tiles = ceil_div(k, 64)
     for swap in (0, 1) if m <= SWAP_UP_TO_M else (0,):
         rows, cols = (n, m) if swap else (m, n)  # the kernel's M and N
@@ -88,16 +88,7 @@ def candidates(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
             widest = WIDE_MAX_BLOCK_N if block_m == WIDE_BLOCK_M else MAX_BLOCK_N
             for block_n in tight_widths(cols, step, widest=widest, fewest=step):
                 found += _configs(swap, block_m, block_n, rows, cols, sm_count, k_tiles)
-    return list({config.key(): config for config in found}.values())
-
-
-def _as_sweep_config(choice: heuristic.Choice) -> GemmConfig:
-    """A model's candidate with the knobs the sweep's own configs spell out (so that equal ones compare equal)."""
-    cut = {"STREAM_K": choice.stream_k} if choice.stream_k else {}
-    if choice.split_k > 1:
-        cut = {"SPLIT_K": choice.split_k}
-    extra = {"SWAP_AB": int(choice.swap_ab), "CLUSTER_M": choice.cluster_m, "CLUSTER_N": choice.cluster_n, **cut}
-    return GemmConfig(block_m=choice.block_m, block_n=choice.block_n, num_stages=choice.num_stages, extra=extra)
+    return list({heuristic.config_name(config): config for config in found}.values())  # the model's first
 
 
 def _configs(swap: int, block_m: int, block_n: int, rows: int, cols: int, sm_count: int,

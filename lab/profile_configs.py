@@ -16,19 +16,14 @@ import sys
 from typing import Any
 
 from lab import RESULTS_DIR, record
-from tutorial import results
 from tutorial.profile import METRICS, ncu_binary, parse_ncu_rows, run_ncu, tidy
-from tutorial.runner import gpu_available
+from tutorial.runner import gpu_available, parse_shape, show_recorded
 
 TORCH = "torch"
 DEFAULT_RECORD = "profile_mid_m"
+COMMAND = 'python -m lab.profile_configs --shape MxNxK --configs "NAME;NAME" --record {name}'
 WARMUP = 3
 KERNELS = "regex:nvjet|gemm|xmma|cutlass"  # the library's gemm_kernel and cuBLAS's GEMM kernels
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    m, n, k = (int(v) for v in text.lower().split("x"))
-    return m, n, k
 
 
 def launch_all(shape: str, names: list[str], dtype: str) -> None:
@@ -91,6 +86,11 @@ def summary_line(row: dict[str, Any]) -> str:
     )
 
 
+def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A line per profiled kernel: the config (or torch) it ran for, then `summary_line`."""
+    return [f"{row.get('config', '?'):28} {summary_line(row)}" for row in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.profile_configs", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", action="append", help="MxNxK; repeat for more shapes")
@@ -102,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not gpu_available():
         name = args.record or DEFAULT_RECORD
-        print(f"no GPU here: the record {name}.json ({results.load(name, RESULTS_DIR)['provenance']['command']})")
-        for row in results.load(name, RESULTS_DIR)["rows"]:
-            print(f"{row.get('config', '?'):28} {summary_line(row)}")
+        show_recorded(name, summary_lines, directory=RESULTS_DIR, command=COMMAND.format(name=name))
         return 0
     if not args.shape or len(args.configs or []) != len(args.shape):
         parser.error("give one --configs per --shape")
@@ -118,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, row in zip(names, found):  # one kernel per call unless cuBLAS adds a reduction
             row["config"] = name
         rows += found
-        for row in found:
-            print(f"{row.get('config', '?'):28} {summary_line(row)}", flush=True)
+        print("\n".join(summary_lines(found)), flush=True)
     if args.record:
         record(args.record, "lab.profile_configs", argv, rows)
     return 0

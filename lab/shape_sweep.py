@@ -37,7 +37,8 @@ def run(
     args = parser.parse_args(argv)
     name = args.name
     if not gpu_available():
-        show_recorded(name, summary, directory=RESULTS_DIR, command=f"python -m {module} --record")
+        named = "" if name == module.rsplit(".", 1)[-1] else f" --name {name}"
+        show_recorded(name, summary, directory=RESULTS_DIR, command=f"python -m {module}{named} --record")
         return 0
     shapes, device = [parse_shape(s) for s in args.shapes.split(",")], cupy.cuda.Device().id
     every = [c for shape in shapes for c in configs_at(shape, device)]
