@@ -338,6 +338,11 @@ def k_tile_clocks(t: Tiling) -> float:
     return max(mma, loads) + K_TILE_OVERHEAD_CLOCKS + CLUSTER_SYNC_CLOCKS * (t.cluster_m * t.cluster_n - 1)
 
 
+def one_round(m: int, n: int, t: Tiling, sm_count: int) -> bool:
+    """Whether every unit of work (tile, or split-K slice) runs at once: no stream-K, no second round."""
+    return not t.stream_k and tiles_of(m, n, t) * t.split_k <= slots(t, sm_count)
+
+
 def l2_bytes(m: int, n: int, k: int, t: Tiling, one_round: bool) -> float:
     """Operand bytes L2 serves all CTAs: per cluster tile and k-tile, CLUSTER_M tiles of A's rows and
     CLUSTER_N of B's, each fetched once and multicast. A cluster row's A is read by every cluster of that
@@ -381,8 +386,7 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     size, area = t.cluster_m * t.cluster_n, t.block_m * t.block_n
     busy = work.workers * size
     hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
-    one_round = not t.stream_k and work.tiles * t.split_k <= slots(t, sm_count)
-    l2_us = l2_bytes(m, n, k, t, one_round) / (L2_GBS * 1e3)
+    l2_us = l2_bytes(m, n, k, t, one_round(m, n, t, sm_count)) / (L2_GBS * 1e3)
     k_padded = ceil_div(k, BLOCK_K) * BLOCK_K
     power_us = work.tiles * size * area * k_padded * 2 / (POWER_TFLOPS * 1e6)
     fixup_us = 0.0

@@ -658,8 +658,8 @@ def test_merged_l2_reads_match_what_nsight_compute_counted_in_one_round_grids():
             continue
         m, n, k = (int(v) for v in row["shape"].split("x"))
         t = heuristic.tiling_of(heuristic.config_from_name(row["config"]))
-        if heuristic.tiles_of(m, n, t) * t.split_k > heuristic.slots(t, 132):
-            continue  # more than one round
+        if not heuristic.one_round(m, n, t, 132):
+            continue
         measured = row["l2_read_sectors_from_sms"] * 32
         for merged in errors:
             errors[merged].append(abs(math.log(heuristic.l2_bytes(m, n, k, t, merged) / measured)))
