@@ -61,7 +61,10 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
   where a cluster pays in large problems: 128 x 256 tiles without one fetch 1.5 times the bytes. Where the
   grid is one round, every CTA walks K at about the same pace, and the L2 request coalescer merges
   identical reads in flight: a tile read by more than L2_MERGE_READERS clusters at once costs that many
-  reads (Nsight Compute: 33 clusters reading one token tile at 512 x 2112 x 7168 cost about 13).
+  reads (Nsight Compute: 33 clusters reading one token tile at 512 x 2112 x 7168 cost about 13). The
+  merge saves L2 its lookups, not the crossbar its deliveries: every cluster's fetches, merged or not, at
+  XBAR_GBS bound one-round grids too, and there a cluster sharing the weight goes ahead of the same tile
+  without one, as it measured.
 - **Power** bounds the whole too: at its 700 W cap the H200 lowers its clock until the MMAs draw no more,
   so a long GEMM runs its work, padding included, at about POWER_TFLOPS however it is spread over the SMs
   (4096 x 4096 x 14336 and 2048 x 28672 x 4096: 676 TFLOP/s measured). Stream-K and split-K then buy no
@@ -81,7 +84,7 @@ before one along N'. The autotune
 table (`tutorial.autotune`) replaces the model's guess with a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
-and ten fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches eight, holds
+and eleven fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches nine, holds
 the per-SM HBM bound, and sets the launch cost, which only shifts every estimate, to make the median
 estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
@@ -97,9 +100,10 @@ scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`p
 and 512 x 4096 x 7168 and 14336, plain 128 x 128 tiles in clusters along M', 11% to 28% behind the same
 tiles swapped, which the model prices alike (the record times the pair within 5% elsewhere); at 96 x 28672
 x 4096 a swapped 256-row tile the model prices as the 128-row tile of the same area, 15% behind plain 128 x
-256 tiles; and clusters in one-round grids: with the merge, a tile without a cluster costs the L2 what the
-same tile in a cluster sharing the weight costs, and wins on the cluster's lockstep, where the lab's sweeps
-time the cluster 3 to 16% faster (256 x 4096 x 7168, 128 x 4096 x 7168; lab/results/h200/library_space_mid_m2.json).
+256 tiles. Over the lab's sweeps of the space (lab/results/h200/library_space*.json, 21 problems, mid M
+among them with the model's 24 cheapest each) its first choice is within 5.1% of the fastest (1.2% on
+average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing no cluster where
+the one sharing the weight ran 3 to 16% faster.
 """
 
 from __future__ import annotations
@@ -160,6 +164,11 @@ L2_MERGE_READERS = 13  # the reads of one operand tile the L2 request coalescer 
 # readers run at once: Nsight Compute counted 33 clusters' reads of one token tile merged to about 13 at
 # 512 and 256 x 2112 x 7168 (swapped 64 x 128 tiles in 1 x 2 clusters), 22 to about 13 at 128 x 2112 x 7168,
 # and no merge among 8 (lab/results/h200/profile_mid_m.json); lab.fit_heuristic, refitting every constant, keeps 13
+XBAR_GBS = 12000.0  # what the crossbar carries from L2 to the SMs: every cluster's fetches, merged or not (the
+# coalescer saves L2 its lookups, not the deliveries). 512 x 2112 x 7168 in swapped 64 x 128 tiles, 1 x 2
+# clusters, fetched 303 MB in 27.5 us; the weight-sharing cluster ran 3-16% ahead of the same tile without
+# one over the lab's mid-M sweeps (lab/results/h200/library_space_mid_m*.json), which this bound alone tells
+# apart: their mean regret 3.6% -> 1.2%, worst 15.6% -> 5.1%, the autotune record's unchanged (lab.fit_heuristic)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
@@ -387,6 +396,7 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     busy = work.workers * size
     hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
     l2_us = l2_bytes(m, n, k, t, one_round(m, n, t, sm_count)) / (L2_GBS * 1e3)
+    xbar_us = l2_bytes(m, n, k, t, one_round=False) / (XBAR_GBS * 1e3)
     k_padded = ceil_div(k, BLOCK_K) * BLOCK_K
     power_us = work.tiles * size * area * k_padded * 2 / (POWER_TFLOPS * 1e6)
     fixup_us = 0.0
@@ -394,7 +404,8 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
         partial_bytes = 2 * work.contributors * area * PARTIAL_BYTES
         fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
     rest_us = fixup_us + staged_us(m, n, t) + LAUNCH_US
-    estimate, unpowered = max(loop_us, hbm_us, l2_us, power_us) + rest_us, max(loop_us, hbm_us, l2_us) + rest_us
+    body_us = max(loop_us, hbm_us, l2_us, xbar_us)
+    estimate, unpowered = max(body_us, power_us) + rest_us, body_us + rest_us
     return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, size, multicasts_tokens_only(t))
 
 

@@ -48,6 +48,7 @@ GRID = {  # the values each fitted constant may take
     "CLUSTER_SYNC_CLOCKS": (0, 16, 32, 48, 64, 96, 128, 160),
     "POWER_TFLOPS": (600.0, 650.0, 680.0, 700.0, 720.0, 750.0, 800.0, 1e9),
     "L2_MERGE_READERS": (4, 6, 8, 10, 13, 16, 20, 1e9),
+    "XBAR_GBS": (9000.0, 10000.0, 11000.0, 12000.0, 13000.0, 14000.0, 16000.0, 1e9),
 }
 HELD = {"SM_HBM_GBS": 60.0}  # not searched: fitted free it goes to 1e9 (no bound); 60: what M = 1 streams per SM
 CLUSTER_RECORD = "v5_cluster_n"  # lab.rounds: v5 (128 x 256, 4 stages) in clusters of 2 x 1 and 2 x 2
