@@ -92,8 +92,8 @@ model's 8 cheapest candidates, the cheapest of each family and the kernel's defa
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
 free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
 space with 256-row tiles; results/h200/autotune.json) the model's first choice among the timed candidates
-is on average 2.2% slower than the fastest (at worst 28.2%; 5 of the 102 over 10%); its estimates are
-within 0.82 to 1.07 times the measured time for 80% of the candidates (`model_accuracy`;
+is on average 2.6% slower than the fastest (at worst 22.2%; 7 of the 102 over 10%); its estimates are
+within 0.82 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
 `tests/test_heuristic.py` checks these numbers against the record). Fitted on half the layers (N x K) and
 scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
 --cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 256
