@@ -517,9 +517,7 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shown = [((m, n, k), c.name()) for m, n, k in ((1, 4096, 4096), (128, 4096, 4096), (4096, 2112, 7168))
              for c in heuristic.candidates(m, n, k, 132)[:4]]  # fmt: skip
     untimed = [(shape, name) for shape, name in shown if name not in measured_at(*shape)]
-    assert [shape for shape, _ in untimed] == [(128, 4096, 4096)] * 2 and (  # the model changed since the record
-        "A dash marks a configuration autotune did not time: two at 128 x 4096 x 4096" in text
-    )
+    assert not untimed and "A dash marks" not in text  # the record was timed with this model's candidates
     regrets, _ = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
     mean, worst = 100 * (statistics.mean(regrets) - 1), 100 * (max(regrets) - 1)
     over = sum(r > 1.10 for r in regrets)
@@ -603,19 +601,14 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     ) in text
     picks = [r[f] for r in rows if (r["m"], r["n"], r["k"]) in large for f in ("config", "heuristic_config")]
     assert all(re.match(r"n224 c(2|1x2) s1 ", pick) for pick in picks)
-    heuristic_512 = x("fp16", 512, 2112, 7168, "x_torch_graph_heuristic")
-    said = f"the heuristic's pick ran {heuristic_512:.2f}x where the table's ran {x('fp16', 512, 2112, 7168):.2f}x"
-    assert said in text
     at_512 = next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == ("fp16", 512, 2112, 7168))
-    tile = at_512["heuristic_config"].removesuffix(" pdl")
-    tuned = next(r for r in results.load("autotune")["rows"] if (r["m"], r["n"], r["k"]) == (512, 2112, 7168))
-    assert tile == "n64 c2 s1 st8" and tile not in {c["name"] for c in tuned["candidates"]}
-    assert at_512["graph_us"] > at_512["heuristic_graph_us"]
-    assert (
-        "its tile (`n64 c2`) was not among the candidates autotune timed; in the shape table's graph, "
-        f"{at_512['graph_us']:.1f} µs against "
-        f"{at_512['heuristic_graph_us']:.1f}"
+    tiles = {at_512[f].removesuffix(" jit").removesuffix(" pdl") for f in ("config", "heuristic_config")}
+    behind = round(100 * (at_512["graph_us"] / at_512["torch_graph_us"] - 1))
+    assert tiles == {"n64 c2 s1 st8"} and (
+        "At 512 the table and the heuristic pick the same tile, `n64 c2`: cuBLAS's geometry "
+        f"(`nvjet_sm90_hsh_64x128_64x8_1x2`), which cuBLAS runs {behind}% faster here"
     ) in text
+    assert f"this kernel is 8 to {behind}% behind: the kernel's pace, not the pick" in text
     below = sorted(r["x_torch_graph"] for r in rows if r["x_torch_graph"] < 1)
     assert f"{sum(v >= 0.97 for v in below)} of the {len(below)} rows below 1.0x are within 3% of it" in text
     blocks = {(b["dtype"], b["m"]): b["x_torch_graph"] for b in record["block"]}
@@ -632,7 +625,7 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     assert reached["bf16"] == reached["fp16"] == met and (4096, 7168) in met
     said = f"{NUMBER_WORDS[len(met)].capitalize()} of the {NUMBER_WORDS[len(judged) // 2]} weights"
     edge = [stream[d, 4096, 7168]["graph_gbs"] / 1e3 for d in ("fp16", "bf16")]
-    assert all(3.5 <= e < 3.55 for e in edge) and (  # "at its edge": just over the aim
+    assert all(3.5 <= e < 3.6 for e in edge) and (  # "at its edge": just over the aim
         f"{said} of 32 MB or more reach it in both dtypes, 4096 x 7168 at its edge ({edge[0]:.2f} TB/s in FP16, "
         f"{edge[1]:.2f} in BF16)"
     ) in text
