@@ -96,13 +96,13 @@ is on average 2.6% slower than the fastest (at worst 22.2%; 7 of the 102 over 10
 within 0.82 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
 `tests/test_heuristic.py` checks these numbers against the record). Fitted on half the layers (N x K) and
 scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
---cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 256
-and 512 x 4096 x 7168 and 14336, plain 128 x 128 tiles in clusters along M', 11% to 28% behind the same
-tiles swapped, which the model prices alike (the record times the pair within 5% elsewhere); at 96 x 28672
-x 4096 a swapped 256-row tile the model prices as the 128-row tile of the same area, 15% behind plain 128 x
-256 tiles. Over the lab's sweeps of the space (lab/results/h200/library_space*.json, 21 problems, mid M
-among them with the model's 24 cheapest each) its first choice is within 5.1% of the fastest (1.2% on
-average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing no cluster where
+--cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 512
+x 4096 x 4096 and 7168 and 256 x 4096 x 14336, 128 x 128 tiles without a cluster, 10% to 22% behind the
+same tiles in clusters of two along M', which the model prices under 1% dearer (its k-tile loop binds;
+measured, the L2 does); at 384 and 768 x 4096 x 4096, 16% and 21% behind a swapped or 256-row tile it priced
+within 1%. Over the lab's sweeps of the space (lab/results/h200/library_space*.json, 21 problems, mid M among
+them with the model's 24 cheapest each) its first choice is within 5.1% of the fastest (1.2% on average); without
+the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing no cluster where
 the one sharing the weight ran 3 to 16% faster.
 """
 
@@ -168,7 +168,8 @@ XBAR_GBS = 12000.0  # what the crossbar carries from L2 to the SMs: every cluste
 # coalescer saves L2 its lookups, not the deliveries). 512 x 2112 x 7168 in swapped 64 x 128 tiles, 1 x 2
 # clusters, fetched 303 MB in 27.5 us; the weight-sharing cluster ran 3-16% ahead of the same tile without
 # one over the lab's mid-M sweeps (lab/results/h200/library_space_mid_m*.json), which this bound alone tells
-# apart: their mean regret 3.6% -> 1.2%, worst 15.6% -> 5.1%, the autotune record's unchanged (lab.fit_heuristic)
+# apart: their mean regret 3.6% -> 1.2%, worst 15.6% -> 5.1%; the autotune record's, timed with this model's
+# candidates, 3.5% -> 2.6%, worst 32.9% -> 22.2% (lab.fit_heuristic)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
