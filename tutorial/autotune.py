@@ -98,7 +98,7 @@ def candidate_configs(
             picked[choice.name()] = choice.config()
     found = {**picked, config_name(default): picked.get(config_name(default), default)}
     if incumbent is not None:
-        tiles = GemmConfig.from_defines({k: v for k, v in incumbent.defines().items() if k not in ("PDL", "SHAPE_JIT")})
+        tiles = config_from_fields({**config_fields(incumbent), "PDL": 0, "SHAPE_JIT": 0})
         found.setdefault(config_name(tiles), tiles)
     return found
 
