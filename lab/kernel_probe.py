@@ -1,0 +1,324 @@
+"""python -m lab.kernel_probe: the library kernel patched for a question, beside itself and torch.matmul.
+
+Two questions about the shapes where the library trails cuBLAS, each asked of a patched copy of
+deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must apply exactly once):
+
+- `hints`: do L2 eviction hints on the TMA loads pay? The weight (B, or A when swapped) is loaded
+  evict-first, since each of its bytes is read by one cluster, the tokens evict-last, since every tile
+  column reads them again. The patched kernel is timed beside the shipped one and torch.matmul, their
+  CUDA graphs' batches alternated, and must give the shipped kernel's output bit for bit.
+- `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
+  first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
+  its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
+
+Each shape runs with its autotune-table entry (else the heuristic's pick), or with `--config NAME` for all.
+
+    python -m lab.kernel_probe --shapes 512x2112x7168,1x28672x4096 --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import cupy
+
+from deepgemm import heuristic
+from deepgemm import plan as library_plan
+from deepgemm.api import config_of
+from deepgemm.config import GemmConfig
+from deepgemm.frameworks import Torch
+from deepgemm.jit import LIBRARY_KERNEL, module_of
+from lab import RESULTS_DIR, record
+from tutorial.autotune import TUNED_LAYOUT
+from tutorial.bench import Workload
+from tutorial.call_suite import operand_sets
+from tutorial.runner import gpu_available, parse_shape, show_recorded
+from tutorial.shape_suite import graph_fields
+from tutorial.timing import device_us_per_call, require_torch
+
+DEFAULT_SHAPES = (
+    "1x4096x4096,1x28672x4096,8x28672x4096,1x4096x14336,128x2112x7168,256x2112x7168,512x2112x7168,"
+    "256x4096x7168,384x4096x4096,512x28672x4096,2048x7168x2048"
+)
+STAMP_SLOTS = 8  # per CTA: the events below, in this order
+STAMPS = ("start", "first_load", "first_full", "first_loop_end", "last_loop_end", "stores_issued", "stores_done")
+MAX_CTAS = 1024
+
+# (anchor, replacement) pairs: each anchor must occur exactly once in the shipped kernel.
+HINT_PATCHES = (
+    (
+        'mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"\n'
+        '        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)\n',
+        'mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;"\n'
+        '        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar), '
+        '"l"(policy)\n',
+    ),
+    (
+        "void tma_load_2d(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row) {",
+        "void tma_load_2d(unsigned dst, const TmaDesc* map, unsigned bar, int k, int row,\n"
+        "                                            unsigned long long policy) {",
+    ),
+    (
+        '"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"\n'
+        '        " [%0], [%1, {%2, %3}], [%4], %5;"\n'
+        '        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar), '
+        '"h"(cta_mask)\n',
+        '"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster'
+        '.L2::cache_hint"\n'
+        '        " [%0], [%1, {%2, %3}], [%4], %5, %6;"\n'
+        '        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar), '
+        '"h"(cta_mask),\n'
+        '           "l"(policy)\n',
+    ),
+    (
+        "                                                      unsigned short cta_mask) {\n    asm volatile(",
+        "                                                      unsigned short cta_mask, unsigned long long policy) {\n"
+        "    asm volatile(",
+    ),
+    (
+        "                                                 unsigned short cta_mask) {\n"
+        "    static_assert(!MN_MAJOR",
+        "                                                 unsigned short cta_mask, unsigned long long policy) {\n"
+        "    static_assert(!MN_MAJOR",
+    ),
+    (
+        "        if constexpr (MULTICAST) tma_load_2d_multicast(dst, map, bar, k, row, cta_mask);\n"
+        "        else tma_load_2d(dst, map, bar, k, row);",
+        "        if constexpr (MULTICAST) tma_load_2d_multicast(dst, map, bar, k, row, cta_mask, policy);\n"
+        "        else tma_load_2d(dst, map, bar, k, row, policy);",
+    ),
+    (
+        "            if constexpr (MULTICAST) tma_load_2d_multicast(box, map, bar, row + i * MN_BOX_COLS, k, "
+        "cta_mask);\n"
+        "            else tma_load_2d(box, map, bar, row + i * MN_BOX_COLS, k);",
+        "            if constexpr (MULTICAST) tma_load_2d_multicast(box, map, bar, row + i * MN_BOX_COLS, k, "
+        "cta_mask, policy);\n"
+        "            else tma_load_2d(box, map, bar, row + i * MN_BOX_COLS, k, policy);",
+    ),
+    (
+        "            prefetch_tensormap(&tma_a);\n",
+        "            unsigned long long evict_first, evict_last;\n"
+        '            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(evict_first));\n'
+        '            asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(evict_last));\n'
+        "            const unsigned long long policy_a = SWAP_AB ? evict_first : evict_last;  // A: weight if swapped\n"
+        "            const unsigned long long policy_b = SWAP_AB ? evict_last : evict_first;\n"
+        "            prefetch_tensormap(&tma_a);\n",
+    ),
+    ("A_BOX_ROWS, row_mask);", "A_BOX_ROWS, row_mask, policy_a);"),
+    ("B_BOX_ROWS, column_mask);", "B_BOX_ROWS, column_mask, policy_b);"),
+)
+
+STAMP_HELPERS = f"""
+extern "C" __device__ unsigned long long lab_stamps[{MAX_CTAS} * {STAMP_SLOTS}];
+__device__ __forceinline__ void lab_stamp(int slot) {{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (blockIdx.x < {MAX_CTAS}) lab_stamps[blockIdx.x * {STAMP_SLOTS} + slot] = t;
+}}
+"""
+
+STAMP_PATCHES = (
+    ("struct __align__(64) TmaDesc { unsigned long long data[16]; };\n",
+     "struct __align__(64) TmaDesc { unsigned long long data[16]; };\n" + STAMP_HELPERS),
+    (
+        "    __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];\n",
+        "    __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];\n"
+        "    if (threadIdx.x == 0) lab_stamp(0);\n",
+    ),
+    (
+        "tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);\n",
+        "tile_n * BLOCK_N + rank_m * B_BOX_ROWS, column_mask);\n"
+        "                    if (lab_loads++ == 0) lab_stamp(1);\n",
+    ),
+    ("            prefetch_tensormap(&tma_a);\n",
+     "            int lab_loads = 0;\n            prefetch_tensormap(&tma_a);\n"),
+    (
+        "                mbarrier_wait_parity(full_bar0 + stage * 8, phase);\n",
+        "                mbarrier_wait_parity(full_bar0 + stage * 8, phase);\n"
+        "                if (threadIdx.x == 128 && lab_fulls++ == 0) lab_stamp(2);\n",
+    ),
+    (
+        "        for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {\n"
+        "            const Segment& seg = walk.seg;\n            int cluster_m, cluster_n;\n"
+        "            grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);\n"
+        "            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;\n\n"
+        "            // ---- main loop over K",
+        "        int lab_fulls = 0, lab_loops = 0;\n"
+        "        for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {\n"
+        "            const Segment& seg = walk.seg;\n            int cluster_m, cluster_n;\n"
+        "            grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);\n"
+        "            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;\n\n"
+        "            // ---- main loop over K",
+    ),
+    (
+        "            wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back\n",
+        "            wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back\n"
+        "            if (threadIdx.x == 128) lab_stamp(lab_loops++ == 0 ? 3 : 4);\n",
+    ),
+    (
+        "        if (lane == 0) bulk_wait_group<0>();\n",
+        "        if (threadIdx.x == 128) lab_stamp(5);\n"
+        "        if (lane == 0) bulk_wait_group<0>();\n"
+        "        if (threadIdx.x == 128) lab_stamp(6);\n",
+    ),
+)
+
+VARIANTS = {"hints": HINT_PATCHES, "stamps": STAMP_PATCHES}
+
+
+def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
+    """`source` with every (anchor, replacement) applied; ValueError names an anchor not found exactly once."""
+    for anchor, replacement in patches:
+        count = source.count(anchor)
+        if count != 1:
+            raise ValueError(f"a patch's anchor occurs {count} times, not once: {anchor[:80]!r}")
+        source = source.replace(anchor, replacement)
+    return source
+
+
+@cache
+def variant_kernel(variant: str) -> Path:
+    """The shipped kernel with `variant`'s patches, written once per process to a file of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="kernel_probe_"))
+    path = folder / f"gemm_sm90_{variant}.cu"
+    path.write_text(patched(LIBRARY_KERNEL.read_text(), VARIANTS[variant]))
+    return path
+
+
+@contextmanager
+def kernel_file(path: Path, built: list[Any]) -> Iterator[None]:
+    """Plans built inside compile `path` in place of the shipped kernel; each kernel compiled is appended to `built`."""
+    shipped_path, shipped_get = library_plan.LIBRARY_KERNEL, library_plan.get_kernel
+
+    def get_kernel(_: Path, defines: Any, *args: Any) -> Any:
+        kernel = shipped_get(path, defines, *args)
+        built.append(kernel)
+        return kernel
+
+    library_plan.LIBRARY_KERNEL, library_plan.get_kernel = path, get_kernel
+    try:
+        yield
+    finally:
+        library_plan.LIBRARY_KERNEL, library_plan.get_kernel = shipped_path, shipped_get
+
+
+def launches_of(work: Workload, cfg: GemmConfig, path: Path) -> tuple[list[Callable[[], Any]], Any]:
+    """A launch per input set of the library's plan with `cfg`, its kernel compiled from `path`; and that kernel."""
+    torch = require_torch()
+    sets, _ = operand_sets(work, "torch", torch)
+    framework, built = Torch(), []
+    with kernel_file(path, built):
+        plans = [library_plan.build(framework, a, b, None, None, activation=None, out_dtype=None, config=cfg)
+                 for a, b in sets]  # fmt: skip
+    return [lambda p=p, a=a, b=b: p(a, b, None, 1.0, None) for p, (a, b) in zip(plans, sets, strict=True)], built[-1]
+
+
+def config_at(m: int, n: int, k: int, named: str | None) -> GemmConfig:
+    if named is not None:
+        return heuristic.config_from_name(named)
+    work = Workload.make(m, n, k, "fp16", min_sets=1).in_layout(*TUNED_LAYOUT)
+    a, b = work.problems[0]
+    return config_of(a, b)[0]
+
+
+def hints_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
+    """The shipped kernel and the hinted one with the same config: their outputs compared bit for bit, their
+    graphs timed with torch.matmul's, batches alternated."""
+    torch = require_torch()
+    shipped, _ = launches_of(work, cfg, LIBRARY_KERNEL)
+    hinted, _ = launches_of(work, cfg, variant_kernel("hints"))
+    same = bool(torch.equal(shipped[0](), hinted[0]()))
+    call_ms = device_us_per_call(shipped) / 1e3
+    _, torch_sets = operand_sets(work, "torch", torch)
+    torch_launches = [lambda a=a, b=b: torch.matmul(a, b) for a, b in torch_sets]
+    graphs = {"": (shipped, call_ms), "hinted_": (hinted, call_ms), "torch_": (torch_launches, call_ms)}
+    fields = graph_fields(graphs, work)
+    return {"identical": same, **fields, "hinted_over_shipped": fields["graph_us"] / fields["hinted_graph_us"]}
+
+
+def stamps_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
+    """One launch of the stamping kernel on an idle GPU: per CTA, the ns from its start to each event."""
+    torch = require_torch()
+    launches, kernel = launches_of(work, cfg, variant_kernel("stamps"))
+    launches[0]()  # warm: the module loaded, the maps fetched once
+    torch.cuda.synchronize()
+    stamps = cupy.ndarray((MAX_CTAS, STAMP_SLOTS), cupy.uint64, module_of(kernel).get_global("lab_stamps"))
+    stamps.fill(0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launches[0]()
+    end.record()
+    end.synchronize()
+    got = stamps.get().astype("int64")
+    ctas = got[got[:, 0] > 0]
+    t0 = int(ctas[:, 0].min())
+    spans: dict[str, Any] = {"event_us": start.elapsed_time(end) * 1e3, "ctas": len(ctas),
+                             "span_us": (int(ctas[:, 6].max()) - t0) / 1e3}  # fmt: skip
+    for slot, name in enumerate(STAMPS):
+        values = [(int(v) - t0) / 1e3 for v in ctas[:, slot] if v > 0]
+        if values:
+            spans[name] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return spans
+
+
+def probe(shape: tuple[int, int, int], dtype: str, named: str | None, variants: list[str]) -> dict[str, Any]:
+    m, n, k = shape
+    cfg = config_at(m, n, k, named)
+    work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
+    row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "k": k, "config": heuristic.config_name(cfg)}
+    if "hints" in variants:
+        row["hints"] = hints_row(work, cfg)
+    if "stamps" in variants:
+        row["stamps"] = stamps_row(work, cfg)
+    print("\n".join(lines([row])), flush=True)
+    return row
+
+
+def lines(rows: list[dict]) -> list[str]:
+    out = []
+    for row in rows:
+        head = f"{row['dtype']} {row['m']}x{row['n']}x{row['k']} {row['config']:<28}"
+        if "hints" in row:
+            h = row["hints"]
+            out.append(f"{head} graph {h['graph_us']:8.2f} us, hinted {h['hinted_graph_us']:8.2f} "
+                       f"(x {h['hinted_over_shipped']:.3f}), torch {h['torch_graph_us']:8.2f}, "
+                       f"identical {h['identical']}")  # fmt: skip
+        if "stamps" in row:
+            s = row["stamps"]
+            med = {name: s[name]["median"] for name in STAMPS if name in s}
+            out.append(f"{head} one launch {s['event_us']:.2f} us (CTAs {s['ctas']}, span {s['span_us']:.2f}); "
+                       "median us from the first start: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+            if "stores_done" in s:
+                out.append(f"{'':>{len(head)}} start max {s['start']['max']:.2f}, first_full max "
+                           f"{s['first_full']['max']:.2f}, stores_done min {s['stores_done']['min']:.2f} max "
+                           f"{s['stores_done']['max']:.2f}")  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.kernel_probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,... (default: %(default)s)")
+    parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    parser.add_argument("--config", default=None, help="one config name for every shape (default: the library's pick)")
+    parser.add_argument("--variants", default="hints,stamps", help="hints, stamps or both (default: %(default)s)")
+    parser.add_argument("--record", action="store_true", help="write lab/results/<gpu>/kernel_probe.json")
+    args = parser.parse_args(argv)
+    if not gpu_available():
+        show_recorded("kernel_probe", lines, directory=RESULTS_DIR, command="python -m lab.kernel_probe --record")
+        return 0
+    variants = args.variants.split(",")
+    rows = [probe(parse_shape(s), args.dtype, args.config, variants) for s in args.shapes.split(",")]
+    if args.record:
+        record("kernel_probe", "lab.kernel_probe", None, rows)
+    return 0 if all(r.get("hints", {}).get("identical", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,35 @@
+"""The kernel probe's patched kernels: every patch applies once to the shipped kernel, a missing anchor is
+named, and both variants compile for sm_90a (ptxas) in the configurations the probe runs."""
+
+import pytest
+
+from deepgemm.jit import LIBRARY_KERNEL, compile_file_report
+from lab import kernel_probe
+
+
+def test_a_patch_whose_anchor_is_missing_or_repeated_is_refused_by_name():
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        kernel_probe.patched("int x;", (("float y;", "double y;"),))
+    with pytest.raises(ValueError, match="occurs 2 times"):
+        kernel_probe.patched("a a", (("a", "b"),))
+
+
+@pytest.mark.parametrize("variant", sorted(kernel_probe.VARIANTS))
+def test_each_variant_patches_the_shipped_kernel_and_changes_only_by_adding(variant):
+    source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
+    assert len(source) > len(LIBRARY_KERNEL.read_text())
+    marker = "L2::cache_hint" if variant == "hints" else "%%globaltimer"
+    assert marker in source
+
+
+@pytest.mark.parametrize("variant", sorted(kernel_probe.VARIANTS))
+@pytest.mark.parametrize("defines", [
+    {"BLOCK_M": 128, "BLOCK_N": 224, "NUM_STAGES": 4, "CLUSTER_M": 2},
+    {"BLOCK_M": 256, "BLOCK_N": 8, "NUM_STAGES": 6, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672, "FIXED_K": 4096},
+    {"BLOCK_M": 64, "BLOCK_N": 96, "NUM_STAGES": 10, "CLUSTER_M": 2, "PARTIAL_TILES": 1},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 6, "CLUSTER_M": 1, "CLUSTER_N": 2, "SWAP_AB": 1, "A_MN_MAJOR": 1,
+     "B_MN_MAJOR": 1},
+])  # fmt: skip
+def test_each_variant_compiles_for_sm90a_without_spilling(variant, defines):
+    report = compile_file_report(kernel_probe.variant_kernel(variant), defines)  # RuntimeError where it fails
+    assert report.registers > 0 and report.spill_stores == report.spill_loads == report.stack_bytes == 0
