@@ -11,7 +11,9 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
 
-Each shape runs with its autotune-table entry (else the heuristic's pick), or with `--config NAME` for all.
+`--against FILE` times another version of the kernel (an earlier commit's gemm_sm90.cu) beside the shipped one
+the same way. Each shape runs with its autotune-table entry (else the heuristic's pick), or with `--config
+NAME` for all.
 
     python -m lab.kernel_probe --shapes 512x2112x7168,1x28672x4096 --record
 """
@@ -228,19 +230,20 @@ def config_at(m: int, n: int, k: int, named: str | None) -> GemmConfig:
     return config_of(a, b)[0]
 
 
-def hints_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
-    """The shipped kernel and the hinted one with the same config: their outputs compared bit for bit, their
-    graphs timed with torch.matmul's, batches alternated."""
+def compare_row(work: Workload, cfg: GemmConfig, other: Path) -> dict[str, Any]:
+    """The shipped kernel and the kernel at `other` with the same config: their outputs compared bit for bit,
+    their graphs timed with torch.matmul's, batches alternated."""
     torch = require_torch()
     shipped, _ = launches_of(work, cfg, LIBRARY_KERNEL)
-    hinted, _ = launches_of(work, cfg, variant_kernel("hints"))
-    same = bool(torch.equal(shipped[0](), hinted[0]()))
+    others, _ = launches_of(work, cfg, other)
+    same = bool(torch.equal(shipped[0](), others[0]()))
     call_ms = device_us_per_call(shipped) / 1e3
     _, torch_sets = operand_sets(work, "torch", torch)
     torch_launches = [lambda a=a, b=b: torch.matmul(a, b) for a, b in torch_sets]
-    graphs = {"": (shipped, call_ms), "hinted_": (hinted, call_ms), "torch_": (torch_launches, call_ms)}
+    graphs = {"": (shipped, call_ms), "other_": (others, call_ms), "torch_": (torch_launches, call_ms)}
     fields = graph_fields(graphs, work)
-    return {"identical": same, **fields, "hinted_over_shipped": fields["graph_us"] / fields["hinted_graph_us"]}
+    return {"other": other.name, "identical": same, **fields,
+            "other_over_shipped": fields["graph_us"] / fields["other_graph_us"]}  # fmt: skip
 
 
 def stamps_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
@@ -268,13 +271,17 @@ def stamps_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
     return spans
 
 
-def probe(shape: tuple[int, int, int], dtype: str, named: str | None, variants: list[str]) -> dict[str, Any]:
+def probe(
+    shape: tuple[int, int, int], dtype: str, named: str | None, variants: list[str], against: Path | None
+) -> dict[str, Any]:
     m, n, k = shape
     cfg = config_at(m, n, k, named)
     work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
     row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "k": k, "config": heuristic.config_name(cfg)}
     if "hints" in variants:
-        row["hints"] = hints_row(work, cfg)
+        row["hints"] = compare_row(work, cfg, variant_kernel("hints"))
+    if against is not None:
+        row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:
         row["stamps"] = stamps_row(work, cfg)
     print("\n".join(lines([row])), flush=True)
@@ -285,11 +292,12 @@ def lines(rows: list[dict]) -> list[str]:
     out = []
     for row in rows:
         head = f"{row['dtype']} {row['m']}x{row['n']}x{row['k']} {row['config']:<28}"
-        if "hints" in row:
-            h = row["hints"]
-            out.append(f"{head} graph {h['graph_us']:8.2f} us, hinted {h['hinted_graph_us']:8.2f} "
-                       f"(x {h['hinted_over_shipped']:.3f}), torch {h['torch_graph_us']:8.2f}, "
-                       f"identical {h['identical']}")  # fmt: skip
+        for key in ("hints", "against"):
+            if key in row:
+                h = row[key]
+                out.append(f"{head} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "
+                           f"(x {h['other_over_shipped']:.3f}), torch {h['torch_graph_us']:8.2f}, "
+                           f"identical {h['identical']}")  # fmt: skip
         if "stamps" in row:
             s = row["stamps"]
             med = {name: s[name]["median"] for name in STAMPS if name in s}
@@ -308,16 +316,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     parser.add_argument("--config", default=None, help="one config name for every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps", help="hints, stamps or both (default: %(default)s)")
-    parser.add_argument("--record", action="store_true", help="write lab/results/<gpu>/kernel_probe.json")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
+    parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")
+    parser.add_argument("--record", action="store_true", help="write lab/results/<gpu>/<name>.json")
     args = parser.parse_args(argv)
     if not gpu_available():
-        show_recorded("kernel_probe", lines, directory=RESULTS_DIR, command="python -m lab.kernel_probe --record")
+        show_recorded(args.name, lines, directory=RESULTS_DIR, command="python -m lab.kernel_probe --record")
         return 0
-    variants = args.variants.split(",")
-    rows = [probe(parse_shape(s), args.dtype, args.config, variants) for s in args.shapes.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    rows = [probe(parse_shape(s), args.dtype, args.config, variants, args.against) for s in args.shapes.split(",")]
     if args.record:
-        record("kernel_probe", "lab.kernel_probe", None, rows)
-    return 0 if all(r.get("hints", {}).get("identical", True) for r in rows) else 1
+        record(args.name, "lab.kernel_probe", None, rows)
+    return 0 if all(r[key]["identical"] for r in rows for key in ("hints", "against") if key in r) else 1
 
 
 if __name__ == "__main__":
