@@ -7,6 +7,9 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   evict-first, since each of its bytes is read by one cluster, the tokens evict-last, since every tile
   column reads them again. The patched kernel is timed beside the shipped one and torch.matmul, their
   CUDA graphs' batches alternated, and must give the shipped kernel's output bit for bit.
+- `two_parts`: does the split-K fix-up gain where a tile has two parts and the last adds the other's partial
+  to its own registers (the same bits whichever finished last: fp32 addition commutes) instead of reading
+  both back in worker order? Timed as `hints` is.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -117,6 +120,28 @@ HINT_PATCHES = (
     ("B_BOX_ROWS, column_mask);", "B_BOX_ROWS, column_mask, policy_b);"),
 )
 
+# A tile cut in two parts, summed by the last from the other's partial and its own registers (fp32 addition
+# commutes: the same bits whichever part finished last) instead of reading both back in worker order.
+TWO_PARTS_PATCHES = (
+    (
+        "    if (lane == 0) *counter = 0u;\n#pragma unroll\n    for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;\n",
+        "    if (lane == 0) *counter = 0u;\n"
+        "    if (last - first == 1) {\n"
+        "        const float2* const other = slot0 + (worker == first ? last : first) * SLOT_STRIDE;\n"
+        "#pragma unroll\n"
+        "        for (int p = 0; p < PAIRS; ++p) {\n"
+        "            if (p % 2 ? row_hi : row_lo) {\n"
+        "                const float2 v = __ldcg(other + p * 32);\n"
+        "                acc[2 * p] += v.x;\n"
+        "                acc[2 * p + 1] += v.y;\n"
+        "            }\n"
+        "        }\n"
+        "        return true;\n"
+        "    }\n"
+        "#pragma unroll\n    for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;\n",
+    ),
+)
+
 STAMP_HELPERS = f"""
 extern "C" __device__ unsigned long long lab_stamps[{MAX_CTAS} * {STAMP_SLOTS}];
 __device__ __forceinline__ void lab_stamp(int slot) {{
@@ -172,7 +197,8 @@ STAMP_PATCHES = (
     ),
 )
 
-VARIANTS = {"hints": HINT_PATCHES, "stamps": STAMP_PATCHES}
+VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "stamps": STAMP_PATCHES}
+COMPARED = ("hints", "two_parts", "against")  # rows timed beside the shipped kernel
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -278,8 +304,9 @@ def probe(
     cfg = config_at(m, n, k, named)
     work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
     row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "k": k, "config": heuristic.config_name(cfg)}
-    if "hints" in variants:
-        row["hints"] = compare_row(work, cfg, variant_kernel("hints"))
+    for variant in ("hints", "two_parts"):
+        if variant in variants:
+            row[variant] = compare_row(work, cfg, variant_kernel(variant))
     if against is not None:
         row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:
@@ -292,7 +319,7 @@ def lines(rows: list[dict]) -> list[str]:
     out = []
     for row in rows:
         head = f"{row['dtype']} {row['m']}x{row['n']}x{row['k']} {row['config']:<28}"
-        for key in ("hints", "against"):
+        for key in COMPARED:
             if key in row:
                 h = row[key]
                 out.append(f"{head} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "
@@ -315,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,... (default: %(default)s)")
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     parser.add_argument("--config", default=None, help="one config name for every shape (default: the library's pick)")
-    parser.add_argument("--variants", default="hints,stamps", help="hints, stamps or both (default: %(default)s)")
+    parser.add_argument("--variants", default="hints,stamps", help="of hints, two_parts, stamps (default: %(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
     parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")
@@ -328,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [probe(parse_shape(s), args.dtype, args.config, variants, args.against) for s in args.shapes.split(",")]
     if args.record:
         record(args.name, "lab.kernel_probe", None, rows)
-    return 0 if all(r[key]["identical"] for r in rows for key in ("hints", "against") if key in r) else 1
+    return 0 if all(r[key]["identical"] for r in rows for key in COMPARED if key in r) else 1
 
 
 if __name__ == "__main__":

@@ -334,8 +334,7 @@ def test_library_builds_that_cut_tiles_keep_the_main_loop_and_add_the_parts_in_t
     """[6] A build that may cut tiles along K (stream-K, split-K) adds the parts inside gemm_kernel, with any
     epilogue, tile and cluster: no spills, no serialised wgmma, the main loop as short as without it; one
     atomic per strip (the counter, acquire-release: no sequentially consistent fence), the partials stored
-    and loaded at L2 (strong, GPU scope; loaded by two paths, the other part's alone where a tile has two),
-    and no second kernel."""
+    and loaded at L2 (strong, GPU scope), and no second kernel."""
     for bf16 in (False, True):
         knobs = {"PARTIAL_TILES": 1, "BLOCK_M": block_m, "CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n,
                  "BLOCK_N": block_n, **epilogue}  # fmt: skip
@@ -349,8 +348,7 @@ def test_library_builds_that_cut_tiles_keep_the_main_loop_and_add_the_parts_in_t
         assert len(loop) <= MAIN_LOOP_MAX_INSTRUCTIONS + extra, f"{knobs}: {len(loop)} instructions per k-tile"
         assert code.count("ATOMG.E.ADD.STRONG.GPU") == 1 and "MEMBAR.SC.GPU" not in code, knobs
         pairs = block_n // 4  # float2 pairs per lane in a strip
-        # Loads: the other part's strip where a tile has two parts, and the loop over every part's otherwise.
-        assert code.count("STG.E.64.STRONG.GPU") == pairs and code.count("LDG.E.64.STRONG.GPU") == 2 * pairs, knobs
+        assert code.count("STG.E.64.STRONG.GPU") == pairs and code.count("LDG.E.64.STRONG.GPU") == pairs, knobs
         assert code.count("Function : ") == 1, "one kernel"
 
 
@@ -412,8 +410,7 @@ def test_library_shape_jit_folds_the_weights_dimensions_into_fewer_instructions(
     _fits(compiled(LIBRARY, jit), fixed)
     count = [len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", function_sass(sass(LIBRARY, d), "gemm_kernel"), re.M))
              for d in (runtime, jit)]
-    # About 220 instructions fold away in both orientations (n256 plain, n64 swapped), whatever the epilogue's size.
-    assert count[1] > 0 and count[0] - count[1] >= 150, count
+    assert 0 < count[1] < 0.9 * count[0], count
     assert re.findall(r"HGMMA\.[\w.]+", sass(LIBRARY, runtime)) == re.findall(r"HGMMA\.[\w.]+", sass(LIBRARY, jit))
 
 

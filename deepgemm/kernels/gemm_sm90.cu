@@ -9,8 +9,8 @@
 //       partial round of tiles cut into equal runs of k-tiles, one per persistent worker, so every SM
 //       does the same work) and split-K (every tile cut into equal slices), one tile scheduler for both.
 //       Each warp writes its part's fp32 partial and counts itself in; the warp that arrives last adds
-//       all parts in worker order (of two, the other's to its own: addition commutes) and runs the
-//       epilogue: one kernel, and a result that is the same from run to run whichever part finished last.
+//       all parts in worker order and runs the epilogue: one kernel, and a result that is the same from
+//       run to run whichever part finished last.
 //   [7] a tile for the shape: BLOCK_M 64, 128 or 256 (one or two consumer warpgroups, 256 rows as two
 //       wgmma m64 each, BLOCK_N at most 128), BLOCK_N any multiple of 16 up to 256 (8 when swapped:
 //       wgmma m64nNk16 takes every multiple of 8), so that the last tile is nearly full, with the
@@ -709,9 +709,7 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 // skipping rows past M, then counts itself in on the strip's counter. The warp that brings the count to the
 // number of parts has every partial in global memory: it adds them in worker order, its own read back like
 // the others, so the sum rounds the same way whichever part finished last, and returns true to run the
-// epilogue. Of two parts it reads only the other's and adds it to its own registers: fp32 addition commutes,
-// so that sum too is the same whichever finished last, and it saves an L2 round trip that every cut tile of
-// a one-round grid pays at once. It also puts the counter back to 0 for the next launch. The other warps return false and go
+// epilogue. It also puts the counter back to 0 for the next launch. The other warps return false and go
 // on to their next segment: nobody waits. `rows` is how many of the strip's rows are inside C.
 constexpr int STRIPS_PER_TILE = CLUSTER_SIZE * BLOCK_M / 16;  // 16 rows per strip
 template <int N_ACC>
@@ -734,18 +732,6 @@ __device__ __forceinline__ bool partial_sum_if_last(float (&acc)[N_ACC], float* 
     if (__shfl_sync(0xffffffffu, arrived, 0) != (unsigned)(last - first)) return false;
     __syncwarp();  // lane 0's acquire before every lane's reads of the other parts
     if (lane == 0) *counter = 0u;
-    if (last - first == 1) {
-        const float2* const other = slot0 + (worker == first ? last : first) * SLOT_STRIDE;
-#pragma unroll
-        for (int p = 0; p < PAIRS; ++p) {
-            if (p % 2 ? row_hi : row_lo) {
-                const float2 v = __ldcg(other + p * 32);
-                acc[2 * p] += v.x;
-                acc[2 * p + 1] += v.y;
-            }
-        }
-        return true;
-    }
 #pragma unroll
     for (int i = 0; i < N_ACC; ++i) acc[i] = 0.0f;
 #pragma unroll 1

@@ -18,7 +18,7 @@ def test_a_patch_whose_anchor_is_missing_or_repeated_is_refused_by_name():
 def test_each_variant_patches_the_shipped_kernel_and_changes_only_by_adding(variant):
     source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
     assert len(source) > len(LIBRARY_KERNEL.read_text())
-    marker = "L2::cache_hint" if variant == "hints" else "%%globaltimer"
+    marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "stamps": "%%globaltimer"}[variant]
     assert marker in source
 
 
