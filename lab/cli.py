@@ -31,6 +31,7 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     f"whose heuristic (a refit of every constant with the L2 merge) was reverted; {GONE} (notes/heuristic_regret.md)",
     "op_host": "python -m lab.op_host --record",
     "pdl_pairs": "python -m lab.pdl_pairs --record",
+    "kernel_probe": "python -m lab.kernel_probe --record",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "
     "provenance has the shapes and configs)",
     "train_gemms": "python -m lab.train_gemms --record",
