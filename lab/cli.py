@@ -32,6 +32,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "op_host": "python -m lab.op_host --record",
     "pdl_pairs": "python -m lab.pdl_pairs --record",
     "kernel_probe": "python -m lab.kernel_probe --record",
+    "kernel_probe_two_parts": "python -m lab.kernel_probe --variants two_parts,stamps --shapes ... --name "
+    "kernel_probe_two_parts --record (the record's provenance has the shapes)",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "
     "provenance has the shapes and configs)",
     "train_gemms": "python -m lab.train_gemms --record",
