@@ -10,6 +10,9 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
 - `two_parts`: does the split-K fix-up gain where a tile has two parts and the last adds the other's partial
   to its own registers (the same bits whichever finished last: fp32 addition commutes) instead of reading
   both back in worker order? Timed as `hints` is.
+- `swap_tma`: do swapped tiles gain when their C goes through shared memory (stmatrix .trans) and TMA
+  stores, as the plain tiles' does, instead of one 2-byte store per value? Timed as `hints` is, both kernels
+  with as many stages as the variant fits beside its store boxes.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -142,6 +145,70 @@ TWO_PARTS_PATCHES = (
     ),
 )
 
+# Swapped tiles' C through shared memory and TMA stores (16-bit outputs; fp32 keeps its stores by pointer): a
+# warp's 16 rows of C^T are 16 columns of C, which stmatrix .trans writes as rows of C (32 bytes a row, the
+# 32B swizzle span) into boxes of SWAP_BOX_ROWS rows, each stored with one TMA store, in place of one 2-byte
+# store per value (16-byte runs).
+SWAP_TMA_EPILOGUE = """#elif SWAP_AB
+                {
+                    float bias_h[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = warp_row0 + lane / 4 + 8 * h;
+                        bias_h[h] = HAS_BIAS && row < M ? load_bias(bias, row) : 0.0f;
+                    }
+                    const unsigned swap_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * SWAP_BOX_BYTES;
+#pragma unroll
+                    for (int bx = 0; bx < BLOCK_N / SWAP_BOX_ROWS; ++bx, ++epi_chunk) {
+                        const unsigned box = swap_warp + (epi_chunk % EPI_BUFFERS) * SWAP_BOX_BYTES;
+                        if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
+                        __syncwarp();
+#pragma unroll
+                        for (int jj = 0; jj < SWAP_BOX_ROWS / 8; ++jj) {
+                            const int j = bx * (SWAP_BOX_ROWS / 8) + jj;
+                            const unsigned r0 = pack_out2(epilogue_value(acc[mi][4 * j], alpha, bias_h[0]),
+                                                          epilogue_value(acc[mi][4 * j + 1], alpha, bias_h[0]));
+                            const unsigned r1 = pack_out2(epilogue_value(acc[mi][4 * j + 2], alpha, bias_h[1]),
+                                                          epilogue_value(acc[mi][4 * j + 3], alpha, bias_h[1]));
+                            const unsigned offset = (8 * jj + lane % 8) * SWAP_ROW_BYTES + 16 * ((lane / 8) % 2);
+                            stmatrix_x2_trans(box + (offset ^ (((offset >> 7) & 1) << 4)), r0, r1);
+                        }
+                        fence_proxy_async_shared();
+                        __syncwarp();
+                        if (lane == 0) {
+                            tma_store_2d(&tma_c, box, warp_row0, tile_n * BLOCK_N + bx * SWAP_BOX_ROWS);
+                            bulk_commit_group();
+                        }
+                    }
+                }
+#else
+                constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
+"""
+SWAP_TMA_PATCHES = (
+    ("#define C_BY_POINTER SWAP_AB  // no map of C: [8] none describes C transposed",
+     "#define C_BY_POINTER (SWAP_AB && OUT_DTYPE == 2)  // [8] fp32 C^T by pointer, 16-bit through stmatrix .trans"),
+    ("constexpr int EPI_BUFFERS = 2;",
+     "constexpr int SWAP_BOX_ROWS = (BLOCK_N / 8) % 8 == 0 ? 64 : (BLOCK_N / 8) % 4 == 0 ? 32\n"
+     "                            : (BLOCK_N / 8) % 2 == 0 ? 16 : 8;  // [8] rows of C per swapped store box\n"
+     "constexpr int SWAP_ROW_BYTES = 16 * (int)sizeof(out_t);          // [8] a warp's 16 columns of C: 32 bytes\n"
+     "constexpr int SWAP_BOX_BYTES = SWAP_BOX_ROWS * SWAP_ROW_BYTES;\n"
+     "constexpr int EPI_BUFFERS = 2;"),
+    ("NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;",
+     "NUM_CONSUMERS * 4 * EPI_BUFFERS * (SWAP_AB ? SWAP_BOX_BYTES : EPI_BOX_BYTES);"),
+    ("LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : EPI_ROWS;",
+     "LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : SWAP_AB ? SWAP_BOX_ROWS : EPI_ROWS;"),
+    ("LAUNCH_STORE_COLS = EPI_CHUNK_COLS;", "LAUNCH_STORE_COLS = SWAP_AB ? 16 : EPI_CHUNK_COLS;"),
+    ("__device__ __forceinline__ void stmatrix_x4(",
+     "__device__ __forceinline__ void stmatrix_x2_trans(unsigned addr, unsigned r0, unsigned r1) {\n"
+     '    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};"\n'
+     '                 :: "r"(addr), "r"(r0), "r"(r1) : "memory");\n'
+     "}\n\n"
+     "__device__ __forceinline__ void stmatrix_x4("),
+    ("#if SWAP_AB\n                // [8] Row r of this tile is column r of C",
+     "#if SWAP_AB && C_BY_POINTER\n                // [8] Row r of this tile is column r of C"),
+    ("#else\n                constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;\n", SWAP_TMA_EPILOGUE),
+)
+
 STAMP_HELPERS = f"""
 extern "C" __device__ unsigned long long lab_stamps[{MAX_CTAS} * {STAMP_SLOTS}];
 __device__ __forceinline__ void lab_stamp(int slot) {{
@@ -197,8 +264,9 @@ STAMP_PATCHES = (
     ),
 )
 
-VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "stamps": STAMP_PATCHES}
-COMPARED = ("hints", "two_parts", "against")  # rows timed beside the shipped kernel
+VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_tma": SWAP_TMA_PATCHES,
+            "stamps": STAMP_PATCHES}
+COMPARED = ("hints", "two_parts", "swap_tma", "against")  # rows timed beside the shipped kernel
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -256,6 +324,20 @@ def config_at(m: int, n: int, k: int, named: str | None) -> GemmConfig:
     return config_of(a, b)[0]
 
 
+def stages_that_fit(work: Workload, cfg: GemmConfig, path: Path) -> GemmConfig:
+    """`cfg` with as many of its stages as the kernel at `path` fits beside its store boxes (the swapped tiles'
+    boxes take shared memory that their stores by pointer did not): both kernels are then timed with it."""
+    fields = heuristic.config_fields(cfg)
+    for stages in range(fields["num_stages"], 1, -1):
+        fitted = heuristic.config_from_fields({**fields, "num_stages": stages})
+        try:
+            launches_of(work, fitted, path)
+        except ValueError:
+            continue
+        return fitted
+    raise ValueError(f"{heuristic.config_name(cfg)}: no number of stages fits {path.name}")
+
+
 def compare_row(work: Workload, cfg: GemmConfig, other: Path) -> dict[str, Any]:
     """The shipped kernel and the kernel at `other` with the same config: their outputs compared bit for bit,
     their graphs timed with torch.matmul's, batches alternated."""
@@ -309,6 +391,10 @@ def probe(
     for variant in ("hints", "two_parts"):
         if variant in variants:
             row[variant] = compare_row(work, cfg, variant_kernel(variant))
+    if "swap_tma" in variants and heuristic.config_fields(cfg)["SWAP_AB"]:
+        fitted = stages_that_fit(work, cfg, variant_kernel("swap_tma"))
+        row["swap_tma"] = {**compare_row(work, fitted, variant_kernel("swap_tma")),
+                           "config": heuristic.config_name(fitted)}  # fmt: skip
     if against is not None:
         row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:
@@ -325,7 +411,8 @@ def lines(rows: list[dict]) -> list[str]:
         for key in COMPARED:
             if key in row:
                 h = row[key]
-                out.append(f"{head} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "
+                said = f" (as {h['config']})" if "config" in h else ""
+                out.append(f"{head}{said} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "
                            f"(x {h['other_over_shipped']:.3f}), torch {h['torch_graph_us']:8.2f}, "
                            f"identical {h['identical']}")  # fmt: skip
         for key in ("stamps", "stamps_in_a_row"):

@@ -18,7 +18,8 @@ def test_a_patch_whose_anchor_is_missing_or_repeated_is_refused_by_name():
 def test_each_variant_patches_the_shipped_kernel_and_changes_only_by_adding(variant):
     source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
     assert len(source) > len(LIBRARY_KERNEL.read_text())
-    marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "stamps": "%%globaltimer"}[variant]
+    marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_tma": "x2.trans",
+              "stamps": "%%globaltimer"}[variant]
     assert marker in source
 
 
@@ -33,3 +34,12 @@ def test_each_variant_patches_the_shipped_kernel_and_changes_only_by_adding(vari
 def test_each_variant_compiles_for_sm90a_without_spilling(variant, defines):
     report = compile_file_report(kernel_probe.variant_kernel(variant), defines)  # RuntimeError where it fails
     assert report.registers > 0 and report.spill_stores == report.spill_loads == report.stack_bytes == 0
+
+
+@pytest.mark.parametrize(("block_n", "rows"), [(96, 32), (200, 8), (128, 64), (8, 8)])
+def test_swap_tma_stores_swapped_16_bit_tiles_in_boxes_of_c_rows_and_keeps_fp32_by_pointer(block_n, rows):
+    path = kernel_probe.variant_kernel("swap_tma")
+    tile = {"BLOCK_M": 64, "BLOCK_N": block_n, "NUM_STAGES": 4, "CLUSTER_M": 1, "SWAP_AB": 1}
+    sixteen = compile_file_report(path, tile).launch_facts()
+    assert sixteen.store_box == (rows, 16)  # a power-of-two multiple of 8 rows dividing BLOCK_N, 16 columns: 32 bytes
+    assert compile_file_report(path, {**tile, "OUT_DTYPE": 2}).launch_facts().store_box is None
