@@ -32,8 +32,12 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "op_host": "python -m lab.op_host --record",
     "pdl_pairs": "python -m lab.pdl_pairs --record",
     "kernel_probe": "python -m lab.kernel_probe --record",
-    "kernel_probe_two_parts": "python -m lab.kernel_probe --variants two_parts,stamps --shapes ... --name "
+    "kernel_probe_two_parts": "python -m lab.kernel_probe --variants two_parts,swap_tma,stamps --shapes ... --name "
     "kernel_probe_two_parts --record (the record's provenance has the shapes)",
+    "kernel_probe_swap_tma_bf16": "python -m lab.kernel_probe --variants swap_tma --dtype bf16 --shapes ... --name "
+    "kernel_probe_swap_tma_bf16 --record (the record's provenance has the shapes)",
+    "kernel_probe_swap_tma": "python -m lab.kernel_probe --variants swap_tma --shapes S --config C --name NAME "
+    "--record for each row (its `command`), the rows gathered in one record",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "
     "provenance has the shapes and configs)",
     "train_gemms": "python -m lab.train_gemms --record",

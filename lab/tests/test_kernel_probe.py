@@ -15,10 +15,11 @@ def test_a_patch_whose_anchor_is_missing_or_repeated_is_refused_by_name():
 
 
 @pytest.mark.parametrize("variant", sorted(kernel_probe.VARIANTS))
-def test_each_variant_patches_the_shipped_kernel_and_changes_only_by_adding(variant):
+def test_each_variant_patches_the_shipped_kernel(variant):
     source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
-    assert len(source) > len(LIBRARY_KERNEL.read_text())
+    assert source != LIBRARY_KERNEL.read_text()
     marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_tma": "x2.trans",
+              "read_wait": "bulk_wait_group_read<0>();", "swap_tma_read_wait": "x2.trans",
               "stamps": "%%globaltimer"}[variant]
     assert marker in source
 
