@@ -38,6 +38,10 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_swap_tma_bf16 --record (the record's provenance has the shapes)",
     "kernel_probe_swap_tma": "python -m lab.kernel_probe --variants swap_tma --shapes S --config C --name NAME "
     "--record for each row (its `command`), the rows gathered in one record",
+    "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
+    "kernel_probe_read_wait --record (the record's provenance has the shapes)",
+    "kernel_probe_swap_tma_read_wait": "python -m lab.kernel_probe --variants swap_tma,swap_tma_read_wait --shapes S "
+    "--config C --name NAME --record for each row (its `command`), the rows gathered in one record",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "
     "provenance has the shapes and configs)",
     "train_gemms": "python -m lab.train_gemms --record",
