@@ -46,7 +46,7 @@ from deepgemm.jit import LIBRARY_KERNEL, module_of
 from lab import RESULTS_DIR, record
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload
-from tutorial.call_suite import operand_sets
+from tutorial.call_suite import TORCH, call_launches, operand_sets
 from tutorial.runner import gpu_available, parse_shape, show_recorded
 from tutorial.shape_suite import graph_fields
 from tutorial.timing import device_us_per_call, require_torch
@@ -324,14 +324,6 @@ def launches_of(work: Workload, cfg: GemmConfig, path: Path) -> tuple[list[Calla
     return [lambda p=p, a=a, b=b: p(a, b, None, 1.0, None) for p, (a, b) in zip(plans, sets, strict=True)], built[-1]
 
 
-def config_at(m: int, n: int, k: int, named: str | None) -> GemmConfig:
-    if named is not None:
-        return heuristic.config_from_name(named)
-    work = Workload.make(m, n, k, "fp16", min_sets=1).in_layout(*TUNED_LAYOUT)
-    a, b = work.problems[0]
-    return config_of(a, b)[0]
-
-
 def stages_that_fit(work: Workload, cfg: GemmConfig, path: Path) -> GemmConfig:
     """`cfg` with as many of its stages as the kernel at `path` fits beside its store boxes (the swapped tiles'
     boxes take shared memory that their stores by pointer did not): both kernels are then timed with it."""
@@ -354,8 +346,7 @@ def compare_row(work: Workload, cfg: GemmConfig, other: Path) -> dict[str, Any]:
     others, _ = launches_of(work, cfg, other)
     same = bool(torch.equal(shipped[0](), others[0]()))
     call_ms = device_us_per_call(shipped) / 1e3
-    _, torch_sets = operand_sets(work, "torch", torch)
-    torch_launches = [lambda a=a, b=b: torch.matmul(a, b) for a, b in torch_sets]
+    torch_launches = call_launches(work, "torch")[TORCH]
     graphs = {"": (shipped, call_ms), "other_": (others, call_ms), "torch_": (torch_launches, call_ms)}
     fields = graph_fields(graphs, work)
     return {"other": other.name, "identical": same, **fields,
@@ -393,8 +384,8 @@ def probe(
     shape: tuple[int, int, int], dtype: str, named: str | None, variants: list[str], against: Path | None
 ) -> dict[str, Any]:
     m, n, k = shape
-    cfg = config_at(m, n, k, named)
     work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
+    cfg = heuristic.config_from_name(named) if named else config_of(*work.problems[0])[0]  # else the library's pick
     row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "k": k, "config": heuristic.config_name(cfg)}
     for variant in ("hints", "two_parts", "read_wait"):
         if variant in variants:
