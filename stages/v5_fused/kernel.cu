@@ -1,20 +1,16 @@
 // v5_fused: the last stage. Over v4 (one CTA per 128x256 tile, C stored from registers) it adds four
 // techniques, each a block of the kernel marked [1] to [4]:
-//   [1] persistent tiles: one CTA per SM walks its tiles in grouped order; producer and consumers keep their
-//       stage/phase counters across tiles, so the producer fills the next tile's stages during this tile's
-//       epilogue, and barrier setup and pipeline fill are paid once per SM, not per tile.
-//   [2] clusters of two CTAs on neighbouring tile rows (CLUSTER_M 2): both need the same B tile, so each loads
-//       half of it and TMA multicasts it into both: 32 KB of L2 reads per k-tile and CTA instead of 48. Less
-//       traffic is less power, and this card is power-capped.
-//   [3] one wgmma batch in flight: a consumer issues k-tile i, then waits only for k-tile i-1 and releases
-//       its stage, so the tensor cores always have the next batch queued.
-//   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32, rounded once to the input type,
-//       staged through 128B-swizzled shared memory and written by TMA stores that drain while the
-//       consumers go on. (Other output types are the library's: python -m tutorial diff library.)
-// It also issues little beside the wgmma, since on a power-capped card an instruction costs clock: waiting
-// threads sleep on their barrier, and the descriptors are built once and advanced by adding.
-// What still limits it: a tile's epilogue leaves this CTA's tensor cores idle, and the power cap holds the
-// SM clock near 1500 MHz. The library's kernel grows from this one: python -m tutorial diff library.
+//   [1] persistent tiles: one CTA per SM walks its tiles in grouped order, its counters running on across
+//       tiles, so the producer fills the next tile's stages during this tile's epilogue.
+//   [2] clusters of two CTAs on neighbouring tile rows (CLUSTER_M 2) share B: each loads half and TMA
+//       multicasts it into both, 32 KB of L2 reads per k-tile and CTA instead of 48 (less power).
+//   [3] one wgmma batch in flight: a consumer issues k-tile i, then waits only for k-tile i-1.
+//   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32, rounded once, staged through
+//       128B-swizzled shared memory and written by TMA stores that drain while the consumers go on.
+// On this power-capped card an instruction costs clock: waiting threads sleep on their barriers and the
+// descriptors are advanced by adding. What still limits it: a tile's epilogue leaves the tensor cores
+// idle, and the cap holds the SM clock near 1500 MHz. The library's kernel grows from this one (other
+// output types, layouts, tiles): python -m tutorial diff library.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
 
 #include <cuda_fp16.h>
