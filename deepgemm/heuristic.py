@@ -71,8 +71,8 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
   time, only their fix-up: without this bound the model put stream-K over two rounds first at eight of the
   shape table's large shapes, and the record measured it up to 13% slower than whole tiles there.
 - **C copied back** where TMA cannot write it (`staged_us`): plain, rows of N 16-bit elements that are not
-  whole 16-byte vectors (N = 4097) go to a padded buffer the call copies back; swapped, C^T is stored by
-  pointer in place.
+  whole 16-byte vectors (N = 4097) go to a padded buffer the call copies back; swapped, the kernel stores
+  such rows of C by pointer, in place.
 - **A launch**, LAUNCH_US.
 
 The pick is the cheapest; among equals, the one the model without the power bound prices lower (what
@@ -142,7 +142,11 @@ STREAM_KS = (1, 2)  # stream-K over the partial round, or over it and the full r
 SMEM_BYTES = 227 * 1024  # what one CTA may use
 ALIGN_BYTES = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles: slack for aligning the first
 BARRIER_BYTES = 16  # per stage: its full and empty mbarriers
-EPILOGUE_BYTES_PER_WARPGROUP = 16 * 1024  # plain: each consumer's store boxes (swapped, C goes from registers)
+EPILOGUE_BYTES_PER_WARPGROUP = 16 * 1024  # plain: each consumer's store boxes, 4 warps x 2 of 2 KB
+STORE_BOXES_PER_WARPGROUP = 8  # swapped: 4 warps x 2 boxes of C's rows, 32 bytes each (a warp's 16 columns) ...
+SWAP_BOX_ROW_BYTES = 32
+SWAP_BOX_MAX_ROWS = 64  # ... 8 to 64 rows: the largest power-of-two multiple of 8 that divides BLOCK_N
+SWAP_CLUSTER_TMA_FROM = 96  # swapped tiles in clusters store C by pointer below this BLOCK_N, as fp32 C does
 MAX_STAGES = 16  # the deepest pipeline offered, however small the stages
 OUT_ROW_ALIGN_BYTES = 16  # TMA's row stride: C's rows in whole 16-byte vectors, else written padded (plan.py)
 
@@ -274,12 +278,40 @@ def config_from_name(name: str) -> GemmConfig:
     })  # fmt: skip
 
 
-def max_stages(block_n: int, block_m: int = 128, swap_ab: bool = False) -> int:
+def max_stages(block_n: int, block_m: int = 128, swap_ab: bool = False, cluster_ctas: int = 1) -> int:
     """As many pipeline stages of a BLOCK_M x 64 A tile, a BLOCK_N x 64 B tile and their two barriers as fit
-    beside the epilogue's store boxes (swapped, none) and the alignment slack; MAX_STAGES at most."""
+    beside the epilogue's store boxes (`store_box_bytes`) and the alignment slack; MAX_STAGES at most."""
     stage = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES + BARRIER_BYTES
-    epilogue = 0 if swap_ab else consumers(block_m) * EPILOGUE_BYTES_PER_WARPGROUP
+    epilogue = store_box_bytes(block_n, block_m, swap_ab, cluster_ctas)
     return min(MAX_STAGES, (SMEM_BYTES - epilogue - ALIGN_BYTES) // stage)
+
+
+def store_box_bytes(block_n: int, block_m: int, swap_ab: bool, cluster_ctas: int) -> int:
+    """The epilogue's store boxes in shared memory, for a 16-bit C (an fp32 C^T, stored by pointer, needs
+    none: it gets as many stages as a 16-bit one). Plain, 16 KB per consumer warpgroup; swapped, each warp's
+    two boxes of 32-byte rows of C, as many rows as `swap_box_rows`, or none where C^T is stored by pointer
+    (`c_by_pointer`)."""
+    if not swap_ab:
+        return consumers(block_m) * EPILOGUE_BYTES_PER_WARPGROUP
+    if c_by_pointer(block_n, cluster_ctas):
+        return 0
+    return consumers(block_m) * STORE_BOXES_PER_WARPGROUP * swap_box_rows(block_n) * SWAP_BOX_ROW_BYTES
+
+
+def swap_box_rows(block_n: int) -> int:
+    """The rows of C in a swapped tile's store box: the largest power-of-two multiple of 8 that divides
+    BLOCK_N, SWAP_BOX_MAX_ROWS at most."""
+    rows = BLOCK_N_STEP[True]
+    while rows < SWAP_BOX_MAX_ROWS and block_n % (2 * rows) == 0:
+        rows *= 2
+    return rows
+
+
+def c_by_pointer(block_n: int, cluster_ctas: int) -> bool:
+    """Whether a swapped tile with a 16-bit C stores C^T value by value from registers instead of through
+    store boxes and TMA: in a cluster, under SWAP_CLUSTER_TMA_FROM (gemm_sm90.cu, [8]); also, whatever the
+    tile, where C's rows are not whole 16-byte vectors (the plan's C_UNALIGNED), which counts no stage."""
+    return cluster_ctas > 1 and block_n < SWAP_CLUSTER_TMA_FROM
 
 
 def consumers(block_m: int) -> int:
@@ -420,7 +452,7 @@ def multicasts_tokens_only(t: Tiling) -> bool:
 def staged_us(m: int, n: int, t: Tiling) -> float:
     """Plain, C leaves through TMA, which cannot write rows of N 16-bit elements unless N * 2 is a whole
     number of 16-byte vectors (N = 4097): the kernel writes a row-padded buffer and the call copies it back,
-    reading and writing C once more at HBM_GBS. Swapped, C^T is stored by pointer, in place."""
+    reading and writing C once more at HBM_GBS. Swapped, such rows are stored by pointer, in place."""
     if t.swap_ab or n * ELEMENT_BYTES % OUT_ROW_ALIGN_BYTES == 0:
         return 0.0
     return (m * round_up(n * ELEMENT_BYTES, OUT_ROW_ALIGN_BYTES) + m * n * ELEMENT_BYTES) / (HBM_GBS * 1e3)
@@ -544,7 +576,7 @@ def candidates(
 
 def priced(t: Tiling, estimate: float) -> Choice:
     """A tiling with as many stages as fit, and its estimate."""
-    stages = max_stages(t.block_n, t.block_m, t.swap_ab)
+    stages = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n)
     return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k)
 
 
@@ -645,7 +677,15 @@ def table(path: Path) -> dict[tuple[str, int, int, int], GemmConfig]:
     if not path.is_file():
         return {}
     rows = json.loads(path.read_text())["rows"]
-    return {problem_key(r): config_from_fields(tabled_fields(r)) for r in rows}
+    return {problem_key(r): stages_that_fit(config_from_fields(tabled_fields(r))) for r in rows}
+
+
+def stages_that_fit(cfg: GemmConfig) -> GemmConfig:
+    """An entry with no more stages than fit beside its store boxes: a table recorded before swapped tiles had
+    store boxes (up to 32 KB) names as many as fit without them, and runs with one or two fewer."""
+    t = tiling_of(cfg)
+    most = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n)
+    return cfg if cfg.num_stages <= most else replace(cfg, num_stages=most)
 
 
 def tabled_fields(row: dict) -> dict[str, int]:

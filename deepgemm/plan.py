@@ -3,10 +3,11 @@
 What a call's key fixes is decided here once: the configuration (the caller's, this GPU's autotune table's,
 or the heuristic's), which of the caller's operands the kernel reads as its A and which as its B (swap AB),
 how it reads each (in place K-major or MN-major, or copied by every call into a row-padded buffer where TMA
-cannot read it as it lies), where C goes (a tensor map; a pointer when swapped; a padded buffer copied
-back where TMA cannot write the caller's), the compiled kernel and its grid, split-K's scratch sizes, and
-the kernel's parameter buffer, laid out from the parameters' names. The tensor maps are encoded before any
-call's address is known (`PLACEHOLDER_ADDRESS`); every launch points them at its own arrays.
+cannot read it as it lies), where C goes (a tensor map; swapped, a pointer where the kernel stores C^T value
+by value, as for rows TMA cannot write; plain, a padded buffer copied back there), the compiled kernel and
+its grid, split-K's scratch sizes, and the kernel's parameter buffer, laid out from the parameters' names.
+The tensor maps are encoded before any call's address is known (`PLACEHOLDER_ADDRESS`); every launch
+points them at its own arrays.
 
 A call then reads the pointers off the caller's arrays, allocates the output in the caller's framework,
 writes the pointers into the parameter buffer and launches on the caller's current stream.
@@ -351,10 +352,14 @@ def _build(
         operands.append(Operand(name, mn_major, staged))
 
     out_dtype = p.out_dtype
+    out_itemsize = np.dtype(out_dtype).itemsize
+    out_rows_stride = leading_dim(p.out) if p.out is not None else p.n
+    aligned = p.out is None or p.out.data.ptr % 16 == 0
+    c_rows_whole = aligned and out_rows_stride * out_itemsize % 16 == 0  # what TMA can write C as
     defines = {
         **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
         "B_MN_MAJOR": int(operands[1].mn_major), **epilogue_defines(bias, act, out_dtype),
-        **shape_defines(cfg, swap, m, n, p.k),
+        **shape_defines(cfg, swap, m, n, p.k), **({"C_UNALIGNED": 1} if swap and not c_rows_whole else {}),
     }  # fmt: skip
     require_at_most("dynamic shared memory", tile_smem_bytes(cfg), device_limits(device).smem_per_block_optin,
                     "shared memory per block")  # fmt: skip
@@ -365,15 +370,12 @@ def _build(
     allow_dynamic_smem(function, facts.smem_bytes)
 
     out_shape = (p.m, p.n)
-    out_rows_stride = leading_dim(p.out) if p.out is not None else p.n
     out_staged, values = None, {}
     if facts.store_box is None:  # [8] C by pointer (C^T stored transposed), any row stride
         values["out"], values["ldc"] = np.uint64(0), np.int32(out_rows_stride)
     else:
-        out_itemsize = np.dtype(out_dtype).itemsize
         strides = (out_rows_stride * out_itemsize, out_itemsize)
-        aligned = p.out is None or p.out.data.ptr % 16 == 0
-        if not (aligned and strides[0] % 16 == 0):  # TMA cannot describe rows such as 4097 fp16: written padded
+        if not c_rows_whole:  # TMA cannot describe rows such as 4097 fp16: written padded
             out_staged = (p.m, round_up(p.n, 16 // out_itemsize))
             strides = (out_staged[1] * out_itemsize, out_itemsize)
         swizzle = facts.store_box[1] * out_itemsize  # [7] a store box's row is one swizzle span: 128, 64 or 32 bytes

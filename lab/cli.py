@@ -33,15 +33,22 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "pdl_pairs": "python -m lab.pdl_pairs --record",
     "kernel_probe": "python -m lab.kernel_probe --record",
     "kernel_probe_two_parts": "python -m lab.kernel_probe --variants two_parts,swap_tma,stamps --shapes ... --name "
-    "kernel_probe_two_parts --record (the record's provenance has the shapes)",
+    "kernel_probe_two_parts --record (the record's provenance has the shapes) at commit 86752d4, whose kernel stored "
+    f"swapped tiles by pointer and whose probe had the swap_tma variant that added the store boxes; {GONE} "
+    "(`--variants swap_pointer` asks it the other way round)",
     "kernel_probe_swap_tma_bf16": "python -m lab.kernel_probe --variants swap_tma --dtype bf16 --shapes ... --name "
-    "kernel_probe_swap_tma_bf16 --record (the record's provenance has the shapes)",
+    "kernel_probe_swap_tma_bf16 --record (the record's provenance has the shapes) at commit 86752d4, before the "
+    f"kernel had the swapped store boxes; {GONE} (`--variants swap_pointer` asks it the other way round)",
     "kernel_probe_swap_tma": "python -m lab.kernel_probe --variants swap_tma --shapes S --config C --name NAME "
-    "--record for each row (its `command`), the rows gathered in one record",
+    "--record for each row (its `command`), the rows gathered in one record, at commit 86752d4, before the kernel "
+    f"had the swapped store boxes; {GONE} (`--variants swap_pointer` asks it the other way round)",
+    "kernel_probe_swap_pointer": "python -m lab.kernel_probe --variants swap_pointer --shapes ... --name "
+    "kernel_probe_swap_pointer --record (the record's provenance has the shapes)",
     "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
     "kernel_probe_read_wait --record (the record's provenance has the shapes)",
     "kernel_probe_swap_tma_read_wait": "python -m lab.kernel_probe --variants swap_tma,swap_tma_read_wait --shapes S "
-    "--config C --name NAME --record for each row (its `command`), the rows gathered in one record",
+    "--config C --name NAME --record for each row (its `command`), the rows gathered in one record, at commit "
+    f"e28bf50, before the kernel had the swapped store boxes; {GONE} (`--variants swap_pointer,read_wait`)",
     "profile_mid_m": "python -m lab.profile_configs --shape ... --configs ... --record profile_mid_m (the record's "
     "provenance has the shapes and configs)",
     "train_gemms": "python -m lab.train_gemms --record",

@@ -10,9 +10,10 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
 - `two_parts`: does the split-K fix-up gain where a tile has two parts and the last adds the other's partial
   to its own registers (the same bits whichever finished last: fp32 addition commutes) instead of reading
   both back in worker order? Timed as `hints` is.
-- `swap_tma`: do swapped tiles gain when their C goes through shared memory (stmatrix .trans) and TMA
-  stores, as the plain tiles' does, instead of one 2-byte store per value? Timed as `hints` is, both kernels
-  with as many stages as the variant fits beside its store boxes.
+- `swap_pointer`: what do swapped tiles gain from storing a 16-bit C through store boxes (stmatrix .trans)
+  and TMA? The variant stores every swapped tile's C by pointer, one 2-byte store per value, as the kernel did
+  before; both run with as many stages as the shipped kernel fits beside its boxes. (The records
+  kernel_probe_swap_tma*.json asked it the other way round, of the kernel before the boxes: lab/cli.py.)
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -145,68 +146,10 @@ TWO_PARTS_PATCHES = (
     ),
 )
 
-# Swapped tiles' C through shared memory and TMA stores (16-bit outputs; fp32 keeps its stores by pointer): a
-# warp's 16 rows of C^T are 16 columns of C, which stmatrix .trans writes as rows of C (32 bytes a row, the
-# 32B swizzle span) into boxes of SWAP_BOX_ROWS rows, each stored with one TMA store, in place of one 2-byte
-# store per value (16-byte runs).
-SWAP_TMA_EPILOGUE = """#elif SWAP_AB
-                {
-                    float bias_h[2];
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = warp_row0 + lane / 4 + 8 * h;
-                        bias_h[h] = HAS_BIAS && row < M ? load_bias(bias, row) : 0.0f;
-                    }
-                    const unsigned swap_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * SWAP_BOX_BYTES;
-#pragma unroll
-                    for (int bx = 0; bx < BLOCK_N / SWAP_BOX_ROWS; ++bx, ++epi_chunk) {
-                        const unsigned box = swap_warp + (epi_chunk % EPI_BUFFERS) * SWAP_BOX_BYTES;
-                        if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
-                        __syncwarp();
-#pragma unroll
-                        for (int jj = 0; jj < SWAP_BOX_ROWS / 8; ++jj) {
-                            const int j = bx * (SWAP_BOX_ROWS / 8) + jj;
-                            const unsigned r0 = pack_out2(epilogue_value(acc[mi][4 * j], alpha, bias_h[0]),
-                                                          epilogue_value(acc[mi][4 * j + 1], alpha, bias_h[0]));
-                            const unsigned r1 = pack_out2(epilogue_value(acc[mi][4 * j + 2], alpha, bias_h[1]),
-                                                          epilogue_value(acc[mi][4 * j + 3], alpha, bias_h[1]));
-                            const unsigned offset = (8 * jj + lane % 8) * SWAP_ROW_BYTES + 16 * ((lane / 8) % 2);
-                            stmatrix_x2_trans(box + (offset ^ (((offset >> 7) & 1) << 4)), r0, r1);
-                        }
-                        fence_proxy_async_shared();
-                        __syncwarp();
-                        if (lane == 0) {
-                            tma_store_2d(&tma_c, box, warp_row0, tile_n * BLOCK_N + bx * SWAP_BOX_ROWS);
-                            bulk_commit_group();
-                        }
-                    }
-                }
-#else
-                constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
-"""
-SWAP_TMA_PATCHES = (
-    ("#define C_BY_POINTER SWAP_AB  // no map of C: [8] none describes C transposed",
-     "#define C_BY_POINTER (SWAP_AB && OUT_DTYPE == 2)  // [8] fp32 C^T by pointer, 16-bit through stmatrix .trans"),
-    ("constexpr int EPI_BUFFERS = 2;",
-     "constexpr int SWAP_BOX_ROWS = (BLOCK_N / 8) % 8 == 0 ? 64 : (BLOCK_N / 8) % 4 == 0 ? 32\n"
-     "                            : (BLOCK_N / 8) % 2 == 0 ? 16 : 8;  // [8] rows of C per swapped store box\n"
-     "constexpr int SWAP_ROW_BYTES = 16 * (int)sizeof(out_t);          // [8] a warp's 16 columns of C: 32 bytes\n"
-     "constexpr int SWAP_BOX_BYTES = SWAP_BOX_ROWS * SWAP_ROW_BYTES;\n"
-     "constexpr int EPI_BUFFERS = 2;"),
-    ("NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;",
-     "NUM_CONSUMERS * 4 * EPI_BUFFERS * (SWAP_AB ? SWAP_BOX_BYTES : EPI_BOX_BYTES);"),
-    ("LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : EPI_ROWS;",
-     "LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : SWAP_AB ? SWAP_BOX_ROWS : EPI_ROWS;"),
-    ("LAUNCH_STORE_COLS = EPI_CHUNK_COLS;", "LAUNCH_STORE_COLS = SWAP_AB ? 16 : EPI_CHUNK_COLS;"),
-    ("__device__ __forceinline__ void stmatrix_x4(",
-     "__device__ __forceinline__ void stmatrix_x2_trans(unsigned addr, unsigned r0, unsigned r1) {\n"
-     '    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};"\n'
-     '                 :: "r"(addr), "r"(r0), "r"(r1) : "memory");\n'
-     "}\n\n"
-     "__device__ __forceinline__ void stmatrix_x4("),
-    ("#if SWAP_AB\n                // [8] Row r of this tile is column r of C",
-     "#if SWAP_AB && C_BY_POINTER\n                // [8] Row r of this tile is column r of C"),
-    ("#else\n                constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;\n", SWAP_TMA_EPILOGUE),
+# Every swapped tile's C stored by pointer, one 2-byte store per value in 16-byte runs, as before the store boxes.
+SWAP_POINTER_PATCHES = (
+    ("#define C_BY_POINTER (SWAP_AB && (OUT_DTYPE == 2 || C_UNALIGNED || (CLUSTER_M * CLUSTER_N > 1 && BLOCK_N < 96)))",
+     "#define C_BY_POINTER SWAP_AB"),
 )
 
 # The kernel's last wait on its TMA stores for their reads of shared memory only (what the boxes' reuse and the
@@ -270,11 +213,10 @@ STAMP_PATCHES = (
     ),
 )
 
-VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_tma": SWAP_TMA_PATCHES,
-            "read_wait": READ_WAIT_PATCHES, "swap_tma_read_wait": SWAP_TMA_PATCHES + READ_WAIT_PATCHES,
-            "stamps": STAMP_PATCHES}
-# Rows timed beside the shipped kernel.
-COMPARED = ("hints", "two_parts", "read_wait", "swap_tma", "swap_tma_read_wait", "against")
+VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
+            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES}
+# Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes).
+COMPARED = ("hints", "two_parts", "read_wait", "swap_pointer", "swap_tma", "swap_tma_read_wait", "against")
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -326,7 +268,7 @@ def launches_of(work: Workload, cfg: GemmConfig, path: Path) -> tuple[list[Calla
 
 def stages_that_fit(work: Workload, cfg: GemmConfig, path: Path) -> GemmConfig:
     """`cfg` with as many of its stages as the kernel at `path` fits beside its store boxes (the swapped tiles'
-    boxes take shared memory that their stores by pointer did not): both kernels are then timed with it."""
+    boxes take shared memory that their stores by pointer do not): both kernels are then timed with it."""
     fields = heuristic.config_fields(cfg)
     for stages in range(fields["num_stages"], 1, -1):
         fitted = heuristic.config_from_fields({**fields, "num_stages": stages})
@@ -390,11 +332,10 @@ def probe(
     for variant in ("hints", "two_parts", "read_wait"):
         if variant in variants:
             row[variant] = compare_row(work, cfg, variant_kernel(variant))
-    for variant in ("swap_tma", "swap_tma_read_wait"):
-        if variant in variants and heuristic.config_fields(cfg)["SWAP_AB"]:
-            fitted = stages_that_fit(work, cfg, variant_kernel(variant))
-            row[variant] = {**compare_row(work, fitted, variant_kernel(variant)),
-                            "config": heuristic.config_name(fitted)}  # fmt: skip
+    if "swap_pointer" in variants and heuristic.config_fields(cfg)["SWAP_AB"]:
+        fitted = stages_that_fit(work, cfg, LIBRARY_KERNEL)
+        row["swap_pointer"] = {**compare_row(work, fitted, variant_kernel("swap_pointer")),
+                               "config": heuristic.config_name(fitted)}  # fmt: skip
     if against is not None:
         row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:

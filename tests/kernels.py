@@ -68,11 +68,12 @@ def function_sass(code: str, name: str) -> str:
 
 def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
     """Every (dtype, config) the autotune record chose, as (dtype, the config's fields as JSON, the library
-    kernel's defines): the configs the package's table makes deepgemm.gemm run, with the plain epilogue; a
-    SHAPE_JIT config once per shape, with its weight's dimensions compiled in as the plan compiles them."""
+    kernel's defines): the configs the package's table makes deepgemm.gemm run (with as many stages as fit),
+    with the plain epilogue; a SHAPE_JIT config once per shape, with its weight's dimensions compiled in as
+    the plan compiles them."""
     import json
 
-    from deepgemm.heuristic import config_from_fields, kernel_dims
+    from deepgemm.heuristic import config_from_fields, kernel_dims, stages_that_fit
     from deepgemm.plan import kernel_defines, shape_defines
     from tutorial import results
 
@@ -83,7 +84,7 @@ def autotune_builds() -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
         keyed.add((r["dtype"], json.dumps(r["config"], sort_keys=True), shape))
     builds = []
     for dtype, fields, shape in sorted(keyed, key=lambda t: (t[0], t[1], t[2] or ())):
-        cfg = config_from_fields(json.loads(fields)).merged_over(stages.load(LIBRARY).DEFAULTS)
+        cfg = stages_that_fit(config_from_fields(json.loads(fields))).merged_over(stages.load(LIBRARY).DEFAULTS)
         knobs = kernel_defines(cfg)
         if shape is not None:
             swap = cfg.value("SWAP_AB") == 1

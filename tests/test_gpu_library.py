@@ -401,6 +401,73 @@ def test_library_swap_ab_token_tiles_in_steps_of_8_match_reference(dtype):
     assert not failures, "\n".join(failures)
 
 
+def _plan_of(call):
+    """The library's cached plan of a call made through the library launcher."""
+    from deepgemm import api
+    from deepgemm.frameworks import Cupy
+
+    o = call.options
+    key = api.plan_key(Cupy, call.a, call.b, o["bias"], call.out, o.get("activation"), o.get("out_dtype"), o["config"])
+    return api._PLANS[key]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_swap_ab_stores_c_through_transposed_boxes_where_tma_can_write_it(dtype):
+    """[8] Swapped tiles store a 16-bit C through boxes of 8 to 64 of its rows (stmatrix's transpose form, then
+    TMA), with tails in the tokens and the weight's rows, bias + GELU, whole tiles, split-K and stream-K, each
+    result bit-identical over repeats; and by pointer, in place, where the kernel's rule or TMA says so: a
+    cluster of tiles under 96 wide, an fp32 C, rows of C that are not whole 16-byte vectors (N = 700) and an
+    `out` that starts off a 16-byte boundary. Which way C went is read off the launch's shared memory (the
+    boxes come after the stages)."""
+    import cupy
+
+    from deepgemm.config import GemmConfig, tile_smem_bytes
+    from deepgemm.dtypes import FLOAT32, input_dtype
+    from deepgemm.heuristic import max_stages, store_box_bytes
+    from deepgemm.plan import DEFAULTS
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    tiles = ((64, 8, 1, 1, {}), (128, 16, 1, 1, {"SPLIT_K": 3}), (64, 24, 1, 1, {}), (128, 32, 1, 1, {"STREAM_K": 1}),
+             (64, 64, 1, 1, {}), (128, 96, 1, 2, {}), (128, 128, 2, 1, {"STREAM_K": 1}), (64, 200, 1, 1, {}),
+             (128, 256, 1, 1, {}), (64, 64, 2, 1, {}))  # fmt: skip
+    failures = []
+    for t, (bm, bn, cm, cn, cut) in enumerate(tiles):
+        size = cm * cn
+        config = GemmConfig(block_m=bm, block_n=bn, num_stages=max_stages(bn, bm, True, size),
+                            extra={"SWAP_AB": 1, "CLUSTER_M": cm, "CLUSTER_N": cn, **cut})  # fmt: skip
+        tile_bytes = tile_smem_bytes(config.merged_over(DEFAULTS)) + 1024
+        for i, (m, n, k, out_dtype) in enumerate(((1, 1024, 520, None), (17, 1000, 1000, None),
+                                                  (777, 2112, 520, None), (200, 700, 1000, None),
+                                                  (33, 1032, 600, FLOAT32))):  # fmt: skip
+            a, b = random_problem(m, n, k, input_dtype(dtype), seed=5000 + 10 * t + i)
+            bias = _bias(n, FLOAT32, seed=5000 + i)
+            call = launcher.plan(a, b, bias=bias, activation="gelu_tanh", out_dtype=out_dtype, config=config)
+            stats = verify(call, reference(a, b, bias=bias, activation="gelu_tanh"), call.out)
+            first = call().copy()
+            repeats = all(bool((call().view(cupy.uint8) == first.view(cupy.uint8)).all()) for _ in range(3))
+            by_pointer = out_dtype is not None or n % 8 or (size > 1 and bn < 96)
+            boxes = 0 if by_pointer else store_box_bytes(bn, bm, True, size)
+            smem = _plan_of(call).launch.shared_mem
+            if not (stats.passed and repeats and smem == tile_bytes + boxes):
+                failures.append(f"{m}x{n}x{k} {config}: {stats.summary()}, repeats {repeats}, smem {smem} "
+                                f"against {tile_bytes} + {boxes}")  # fmt: skip
+    a, b = random_problem(9, 1000, 520, input_dtype(dtype), seed=5100)
+    config = GemmConfig(block_m=64, block_n=16, num_stages=8, extra={"SWAP_AB": 1, "CLUSTER_M": 1})
+    buffer = cupy.full((9, 1040), cupy.nan, dtype=a.dtype)
+    for offset, boxes in ((8, True), (1, False)):  # 16 bytes in: TMA writes it; 2 bytes in: by pointer
+        out = buffer[:, offset : offset + 1000]
+        call = launcher.plan(a, b, out, config=config)
+        stats = verify(call, reference(a, b), call.out)
+        has_boxes = _plan_of(call).launch.shared_mem > tile_smem_bytes(config.merged_over(DEFAULTS)) + 1024
+        untouched = bool(cupy.isnan(buffer[:, :offset]).all()) and bool(cupy.isnan(buffer[:, offset + 1000 :]).all())
+        if not (stats.passed and has_boxes == boxes and untouched):
+            failures.append(f"out at element {offset}: {stats.summary()}, store boxes {has_boxes}, "
+                            f"columns beside it untouched {untouched}")  # fmt: skip
+        buffer[:] = cupy.nan
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_stream(dtype):
     """[6] Stream-K at tile counts that leave the last round partial (odd counts, clusters of two and four),

@@ -382,6 +382,8 @@ WIDE_TILE_BUILDS = [(128, {}), (64, {"SWAP_AB": 1}), (128, {"PARTIAL_TILES": 1, 
 def test_library_block_m_256_runs_two_wgmma_m64_per_consumer_warpgroup(block_n, knobs):
     """[7] BLOCK_M 256: 384 threads (a producer and two consumers, as at 128), eight wgmma m64 per k-tile (two
     per k16 step, the second 64 rows further into A), no spills, and two consumers' store boxes."""
+    from deepgemm.heuristic import store_box_bytes
+
     for bf16 in (False, True):
         defines = launcher_defines(LIBRARY, bf16, BLOCK_M=256, BLOCK_N=block_n, NUM_STAGES=4, **knobs)
         report = compiled(LIBRARY, defines)
@@ -390,7 +392,8 @@ def test_library_block_m_256_runs_two_wgmma_m64_per_consumer_warpgroup(block_n, 
         facts = report.launch_facts()
         assert facts.threads == 384
         cfg = GemmConfig(block_m=256, block_n=block_n, num_stages=4).merged_over(stages.load(LIBRARY).DEFAULTS)
-        epilogue = 0 if knobs.get("SWAP_AB") else store_staging_bytes(2)
+        built = dict(defines)
+        epilogue = store_box_bytes(block_n, 256, bool(built["SWAP_AB"]), built["CLUSTER_M"] * built["CLUSTER_N"])
         assert facts.smem_bytes == tile_smem_bytes(cfg) + epilogue + ALIGNMENT_SLACK_BYTES
 
 
@@ -591,24 +594,49 @@ def test_file_defaults_match_the_launcher_defaults(stage):
         assert int(found.group(1)) == value, f"{stage}: its kernel says {name} {found.group(1)}, launcher {value}"
 
 
-@pytest.mark.parametrize(("block_m", "block_n", "cut"), [(128, 16, 0), (64, 32, 1), (128, 8, 1), (64, 200, 0)])
-def test_library_swap_ab_builds_issue_the_tokens_wgmma_and_store_c_by_pointer(block_m, block_n, cut):
-    """[8] Swapped: wgmma m64nBLOCK_Nk16 for any 8 rows of C, no spills, the main loop as short as the others;
-    no store box (C comes as a pointer: the plan then passes its row stride), so no TMA store, no stmatrix,
-    and no shared memory staged for C."""
+SWAPPED_BUILDS = [  # [8] (BLOCK_M, BLOCK_N, PARTIAL_TILES, CLUSTER_M, CLUSTER_N, OUT_DTYPE, rows of C per store box)
+    (128, 16, 0, 1, 1, 0, 16), (64, 32, 1, 1, 1, 0, 32), (128, 8, 1, 1, 1, 0, 8), (64, 200, 0, 1, 1, 0, 8),
+    (64, 128, 0, 2, 1, 0, 64), (128, 96, 1, 1, 2, 0, 32),  # 16-bit C through store boxes
+    (64, 64, 0, 2, 1, 0, None), (64, 32, 1, 1, 2, 0, None), (64, 40, 1, 1, 1, 2, None),  # C by pointer
+]
+
+
+@pytest.mark.parametrize(("block_m", "block_n", "cut", "cluster_m", "cluster_n", "out_dtype", "box_rows"),
+                         SWAPPED_BUILDS)  # fmt: skip
+def test_library_swap_ab_builds_issue_the_tokens_wgmma_and_store_c_transposed(
+    block_m, block_n, cut, cluster_m, cluster_n, out_dtype, box_rows
+):
+    """[8] Swapped: wgmma m64nBLOCK_Nk16 for any 8 rows of C, no spills, the main loop as short as the others.
+    A 16-bit C goes through store boxes of 32-byte rows (a warp's 16 columns of C), written by stmatrix's
+    transpose form and stored by TMA, the box as many rows as the largest power-of-two multiple of 8 in
+    BLOCK_N (64 at most), with the heuristic's count of their shared memory and no store by pointer; fp32,
+    and clusters of tiles under 96 rows of C, store each value by pointer: no box, no TMA store, no
+    stmatrix, no shared memory staged for C."""
+    from deepgemm.heuristic import max_stages, store_box_bytes, swap_box_rows
+
     for bf16 in (False, True):
-        knobs = {"SWAP_AB": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "PARTIAL_TILES": cut, "CLUSTER_M": 1,
-                 "NUM_STAGES": 10 if block_n <= 32 else 4, "HAS_BIAS": 1, "ACTIVATION": 2}  # fmt: skip
+        knobs = {"SWAP_AB": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "PARTIAL_TILES": cut, "CLUSTER_M": cluster_m,
+                 "CLUSTER_N": cluster_n, "OUT_DTYPE": out_dtype if out_dtype == 2 else int(bf16),
+                 "NUM_STAGES": max_stages(block_n, block_m, True, cluster_m * cluster_n), "HAS_BIAS": 1,
+                 "ACTIVATION": 2}  # fmt: skip
         defines = launcher_defines(LIBRARY, bf16, **knobs)
         report = compiled(LIBRARY, defines)
         _fits(report, knobs)
         facts = report.launch_facts()
-        assert facts.store_box is None
         tile = GemmConfig(block_m=block_m, block_n=block_n, num_stages=knobs["NUM_STAGES"])
         cfg = tile.merged_over(stages.load(LIBRARY).DEFAULTS)
-        assert facts.smem_bytes == tile_smem_bytes(cfg) + ALIGNMENT_SLACK_BYTES
         code = sass(LIBRARY, defines)
         assert len(re.findall(rf"HGMMA\.64x{block_n}x16\.F32", code)) == 4, knobs
-        assert "UTMASTG" not in code and "STSM" not in code, knobs
+        if box_rows is None:
+            assert facts.store_box is None
+            assert facts.smem_bytes == tile_smem_bytes(cfg) + ALIGNMENT_SLACK_BYTES
+            assert "UTMASTG" not in code and "STSM" not in code, knobs
+        else:
+            assert facts.store_box == (box_rows, 16) and swap_box_rows(block_n) == box_rows
+            boxes = store_box_bytes(block_n, block_m, True, cluster_m * cluster_n)
+            assert boxes == min(block_m // 64, 2) * 4 * 2 * box_rows * 32
+            assert facts.smem_bytes == tile_smem_bytes(cfg) + boxes + ALIGNMENT_SLACK_BYTES
+            assert re.findall(r"STSM[.\w]*", code) == ["STSM.16.MT88.2"] * (block_n // 8), knobs
+            assert "UTMASTG.2D" in code and "STG.E.U16" not in code, knobs  # no 2-byte store of C
         loop = _sass_loop_around(code, f"HGMMA.64x{block_n}x16")
         assert len(loop) <= MAIN_LOOP_MAX_INSTRUCTIONS, f"{knobs}: {len(loop)} instructions per k-tile"

@@ -19,7 +19,8 @@
 //       (BIAS_DTYPE) and four activations.
 //   [8] swap AB (SWAP_AB 1), for the token dimension as wgmma's N: the plan passes b's (N, K) as A and
 //       a's (M, K) as B, so the kernel computes C^T and C's M rows are tiled in steps of 8 (777 rows are
-//       4 x 200, not 7 x 128); the epilogue writes each value to C transposed, straight from registers.
+//       4 x 200, not 7 x 128); stmatrix's transpose form writes a warp's rows of C^T as columns of C into
+//       its store boxes (16-bit C; fp32, small tiles in clusters and rows TMA cannot write go by pointer).
 //   [9] clusters of up to 4 along either side (CLUSTER_M, CLUSTER_N; 8 CTAs at most): CTAs on
 //       neighbouring tile columns share A, those on neighbouring tile rows B, each loading a part.
 //  [10] programmatic dependent launch: the prologue (barriers, tensor maps) overlaps the end of the kernel
@@ -137,7 +138,14 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef FIXED_K
 #define FIXED_K 0      // [11] K compiled in; 0: the parameter K
 #endif
-#define C_BY_POINTER SWAP_AB  // no map of C: [8] none describes C transposed
+#ifndef C_UNALIGNED
+#define C_UNALIGNED 0  // [8] 1: C's rows are not whole 16-byte vectors (N = 4097 fp16), which TMA cannot write
+#endif
+// [8] Swapped 16-bit tiles go out through store boxes and TMA (6 to 9% faster than a 2-byte store per value
+// in 16-byte runs at 32 to 192 rows of C, 1.00 at 8 to 24), but clusters of tiles under 96 rows of C ran
+// 2 to 13% slower so (lab/results/h200/kernel_probe_swap_tma.json): those, fp32 and rows TMA cannot
+// describe store by pointer, in place.
+#define C_BY_POINTER (SWAP_AB && (OUT_DTYPE == 2 || C_UNALIGNED || (CLUSTER_M * CLUSTER_N > 1 && BLOCK_N < 96)))
 constexpr int WG_ROWS = 64;       // rows of C per wgmma: its M
 // [7] Consumer warpgroups; each releases a stage once per warp. Two at most: 40 + 2 x 232 registers per
 // thread fill the SM's 512, so 256 rows are two warpgroups of two m64 wgmma each (BLOCK_N x 2 / 2 fp32
@@ -174,10 +182,15 @@ constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue
 // fragment store touches land in 8 different 16-byte bank groups, so the stores are conflict-free.
 // [7] A BLOCK_N that is not whole 128-byte chunks is stored in 64- or 32-byte ones, with the TMA swizzle
 // of that span (the plan encodes C's map from LAUNCH_STORE_COLS: span = columns x element size).
-constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
-constexpr int EPI_ROW_BYTES = (BLOCK_N * (int)sizeof(out_t)) % 128 == 0 ? 128
+// [8] Swapped, a warp's 16 rows of C^T are 16 columns of C: boxes of 32-byte rows (the 32B span), 8 to 64
+// rows of C each, the largest power-of-two multiple of 8 that divides BLOCK_N.
+constexpr int EPI_ROWS = 16;                                        // rows of C (swapped, C^T) per consumer warp
+constexpr int SWAP_BOX_ROWS = (BLOCK_N / 8) % 8 == 0 ? 64 : (BLOCK_N / 8) % 4 == 0 ? 32 : (BLOCK_N / 8) % 2 == 0 ? 16 : 8;
+constexpr int STORE_BOX_ROWS = SWAP_AB ? SWAP_BOX_ROWS : EPI_ROWS;  // rows of C per TMA store box
+constexpr int EPI_ROW_BYTES = SWAP_AB ? EPI_ROWS * (int)sizeof(out_t)
+                            : (BLOCK_N * (int)sizeof(out_t)) % 128 == 0 ? 128
                             : (BLOCK_N * (int)sizeof(out_t)) % 64 == 0 ? 64 : 32;  // one chunk's row, the swizzle span
-constexpr int EPI_BOX_BYTES = EPI_ROWS * EPI_ROW_BYTES;             // 2 KB (128-byte rows): one TMA store box
+constexpr int EPI_BOX_BYTES = STORE_BOX_ROWS * EPI_ROW_BYTES;       // 2 KB (128-byte rows): one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
 constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = EPI_ROW_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32) for 128 bytes
@@ -207,7 +220,7 @@ static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
 // The launch facts the plan reads back from the compiled module, so they are written only here.
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
 extern "C" __device__ const int LAUNCH_SMEM_BYTES = DYNAMIC_SMEM_BYTES;
-extern "C" __device__ const int LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : EPI_ROWS;  // the box of C's map: rows ([8] 0: C by pointer) ...
+extern "C" __device__ const int LAUNCH_STORE_ROWS = C_BY_POINTER ? 0 : STORE_BOX_ROWS;  // the box of C's map: rows ([8] 0: C by pointer) ...
 extern "C" __device__ const int LAUNCH_STORE_COLS = EPI_CHUNK_COLS;   // ... and columns
 
 // The plan's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
@@ -397,6 +410,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 // Four 8x8 matrices of 16-bit elements, from the mma fragment layout to shared memory in one instruction:
 // register i holds row lane/4, columns 2(lane%4) and 2(lane%4)+1 of matrix i; lane l gives the address
 // of row l%8 of matrix l/8 (16 contiguous bytes). Replaces four 4-byte shared stores per thread.
+// [8] Two 8x8 matrices stored transposed: lane l gives the address of row l%8 of matrix l/8 (l < 16), which
+// receives column l%8 of the fragment, so register i's values land down a column, one per row.
+__device__ __forceinline__ void stmatrix_x2_trans(unsigned addr, unsigned r0, unsigned r1) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};"
+                 :: "r"(addr), "r"(r0), "r"(r1) : "memory");
+}
+
 __device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
@@ -812,7 +832,7 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 // ---------------------------------------------------------------------------------------------------
 // The kernel. Grid: persistent CTAs of NUM_THREADS threads in clusters of CLUSTER_SIZE, as many clusters
 // as there are cluster tiles or as fit on the GPU at once (the plan asks the driver), each with
-// LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of EPI_ROWS x
+// LAUNCH_SMEM_BYTES of dynamic shared memory. tma_c maps C (M x N, out_t) in boxes of STORE_BOX_ROWS x
 // EPI_CHUNK_COLS with the swizzle of EPI_ROW_BYTES. bias may be nullptr when HAS_BIAS is 0. [6] The last
 // sk_tiles cluster tiles are cut into sk_workers runs of k-tiles (0 and 0: every tile whole); then partials
 // holds (sk_workers + sk_tiles) slots of STRIPS_PER_TILE x 16 x BLOCK_N floats and counters one zero per
@@ -820,8 +840,8 @@ __device__ __forceinline__ void store_out(out_t* dst, float v) {
 // ---------------------------------------------------------------------------------------------------
 
 #if C_BY_POINTER
-// [8] The plan passes the swapped problem: M is C's columns, N its rows; C comes as a pointer (row stride
-// ldc) to store C^T into, since no tensor map describes C transposed.
+// [8] The plan passes the swapped problem: M is C's columns, N its rows. Where C^T's values are stored one by
+// one (C_BY_POINTER), C comes as a pointer with its row stride ldc instead of a map.
 extern "C" __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDesc tma_b, out_t* __restrict__ c_out,
             const bias_t* bias, float alpha, int M, int N, int K, int ldc, float* partials, unsigned* counters,
@@ -1032,7 +1052,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                         continue;
                 }
 #endif
-#if SWAP_AB
+#if C_BY_POINTER
                 // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
                 // out_t at C(c, r). The 8 lanes with the same lane % 4 hold 8 neighbouring columns of one row
                 // of C, so each store instruction writes 4 runs of 8 contiguous elements.
@@ -1049,6 +1069,38 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                                 store_out(c_out + (long long)col * ldc + row,
                                           epilogue_value(acc[mi][4 * j + 2 * h + e], alpha, row_bias));
                         }
+                    }
+                }
+#elif SWAP_AB
+                // [8] Per box of SWAP_BOX_ROWS rows of C: each 8 x 8 block of C^T (kernel rows h, h + 8 of this
+                // warp's 16) is stored transposed, 16 bytes of one row of C per lane, both halves of the
+                // 32-byte row from one stmatrix; then one lane stores the box.
+                float bias_h[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = warp_row0 + lane / 4 + 8 * h;
+                    bias_h[h] = HAS_BIAS && row < M ? load_bias(bias, row) : 0.0f;
+                }
+#pragma unroll
+                for (int bx = 0; bx < BLOCK_N / SWAP_BOX_ROWS; ++bx, ++epi_chunk) {
+                    const unsigned box = epi_warp + (epi_chunk % EPI_BUFFERS) * EPI_BOX_BYTES;
+                    if (lane == 0) bulk_wait_group_read<EPI_BUFFERS - 1>();
+                    __syncwarp();
+#pragma unroll
+                    for (int jj = 0; jj < SWAP_BOX_ROWS / 8; ++jj) {
+                        const int j = bx * (SWAP_BOX_ROWS / 8) + jj;
+                        const unsigned lo = pack_out2(epilogue_value(acc[mi][4 * j], alpha, bias_h[0]),
+                                                      epilogue_value(acc[mi][4 * j + 1], alpha, bias_h[0]));
+                        const unsigned hi = pack_out2(epilogue_value(acc[mi][4 * j + 2], alpha, bias_h[1]),
+                                                      epilogue_value(acc[mi][4 * j + 3], alpha, bias_h[1]));
+                        const int row = 8 * jj + lane % 8, half = (lane / 8) % 2;
+                        stmatrix_x2_trans(box + epi_swizzle(row * EPI_ROW_BYTES + 16 * half), lo, hi);
+                    }
+                    fence_proxy_async_shared();
+                    __syncwarp();
+                    if (lane == 0) {
+                        tma_store_2d(&tma_c, box, warp_row0, tile_n * BLOCK_N + bx * SWAP_BOX_ROWS);
+                        bulk_commit_group();
                     }
                 }
 #else

@@ -18,9 +18,8 @@ def test_a_patch_whose_anchor_is_missing_or_repeated_is_refused_by_name():
 def test_each_variant_patches_the_shipped_kernel(variant):
     source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
     assert source != LIBRARY_KERNEL.read_text()
-    marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_tma": "x2.trans",
-              "read_wait": "bulk_wait_group_read<0>();", "swap_tma_read_wait": "x2.trans",
-              "stamps": "%%globaltimer"}[variant]
+    marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_pointer": "C_BY_POINTER SWAP_AB\n",
+              "read_wait": "bulk_wait_group_read<0>();", "stamps": "%%globaltimer"}[variant]
     assert marker in source
 
 
@@ -37,10 +36,8 @@ def test_each_variant_compiles_for_sm90a_without_spilling(variant, defines):
     assert report.registers > 0 and report.spill_stores == report.spill_loads == report.stack_bytes == 0
 
 
-@pytest.mark.parametrize(("block_n", "rows"), [(96, 32), (200, 8), (128, 64), (8, 8)])
-def test_swap_tma_stores_swapped_16_bit_tiles_in_boxes_of_c_rows_and_keeps_fp32_by_pointer(block_n, rows):
-    path = kernel_probe.variant_kernel("swap_tma")
+@pytest.mark.parametrize("block_n", [96, 200, 128, 8])
+def test_swap_pointer_stores_every_swapped_tile_by_pointer_where_the_shipped_kernel_uses_boxes(block_n):
     tile = {"BLOCK_M": 64, "BLOCK_N": block_n, "NUM_STAGES": 4, "CLUSTER_M": 1, "SWAP_AB": 1}
-    sixteen = compile_file_report(path, tile).launch_facts()
-    assert sixteen.store_box == (rows, 16)  # a power-of-two multiple of 8 rows dividing BLOCK_N, 16 columns: 32 bytes
-    assert compile_file_report(path, {**tile, "OUT_DTYPE": 2}).launch_facts().store_box is None
+    assert compile_file_report(LIBRARY_KERNEL, tile).launch_facts().store_box is not None
+    assert compile_file_report(kernel_probe.variant_kernel("swap_pointer"), tile).launch_facts().store_box is None
