@@ -355,7 +355,9 @@ def _build(
     out_itemsize = np.dtype(out_dtype).itemsize
     out_rows_stride = leading_dim(p.out) if p.out is not None else p.n
     aligned = p.out is None or p.out.data.ptr % 16 == 0
-    c_rows_whole = aligned and out_rows_stride * out_itemsize % 16 == 0  # what TMA can write C as
+    # What TMA can write C as: rows at 16-byte aligned addresses, each whole 16-byte chunks, since a TMA store
+    # writes whole chunks (it would overwrite what an `out` view of N = 700 fp16 has beside it, to 704).
+    c_rows_whole = aligned and out_rows_stride * out_itemsize % 16 == 0 and p.n * out_itemsize % 16 == 0
     defines = {
         **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
         "B_MN_MAJOR": int(operands[1].mn_major), **epilogue_defines(bias, act, out_dtype),
@@ -375,7 +377,7 @@ def _build(
         values["out"], values["ldc"] = np.uint64(0), np.int32(out_rows_stride)
     else:
         strides = (out_rows_stride * out_itemsize, out_itemsize)
-        if not c_rows_whole:  # TMA cannot describe rows such as 4097 fp16: written padded
+        if not c_rows_whole:  # TMA cannot write rows such as 4097 fp16: written padded, then copied
             out_staged = (p.m, round_up(p.n, 16 // out_itemsize))
             strides = (out_staged[1] * out_itemsize, out_itemsize)
         swizzle = facts.store_box[1] * out_itemsize  # [7] a store box's row is one swizzle span: 128, 64 or 32 bytes

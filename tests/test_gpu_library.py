@@ -407,7 +407,8 @@ def _plan_of(call):
     from deepgemm.frameworks import Cupy
 
     o = call.options
-    key = api.plan_key(Cupy, call.a, call.b, o["bias"], call.out, o.get("activation"), o.get("out_dtype"), o["config"])
+    key = api.plan_key(Cupy, call.a, call.b, o.get("bias"), call.out, o.get("activation"), o.get("out_dtype"),
+                       o["config"])  # fmt: skip
     return api._PLANS[key]
 
 
@@ -418,7 +419,8 @@ def test_library_swap_ab_stores_c_through_transposed_boxes_where_tma_can_write_i
     result bit-identical over repeats; and by pointer, in place, where the kernel's rule or TMA says so: a
     cluster of tiles under 96 wide, an fp32 C, rows of C that are not whole 16-byte vectors (N = 700) and an
     `out` that starts off a 16-byte boundary. Which way C went is read off the launch's shared memory (the
-    boxes come after the stages)."""
+    boxes come after the stages). Neither writes beside an `out` view: a TMA store writes whole 16-byte chunks,
+    so rows of 700 fp16 (1400 bytes) are not stored by TMA, plain or swapped."""
     import cupy
 
     from deepgemm.config import GemmConfig, tile_smem_bytes
@@ -452,19 +454,22 @@ def test_library_swap_ab_stores_c_through_transposed_boxes_where_tma_can_write_i
             if not (stats.passed and repeats and smem == tile_bytes + boxes):
                 failures.append(f"{m}x{n}x{k} {config}: {stats.summary()}, repeats {repeats}, smem {smem} "
                                 f"against {tile_bytes} + {boxes}")  # fmt: skip
-    a, b = random_problem(9, 1000, 520, input_dtype(dtype), seed=5100)
-    config = GemmConfig(block_m=64, block_n=16, num_stages=8, extra={"SWAP_AB": 1, "CLUSTER_M": 1})
-    buffer = cupy.full((9, 1040), cupy.nan, dtype=a.dtype)
-    for offset, boxes in ((8, True), (1, False)):  # 16 bytes in: TMA writes it; 2 bytes in: by pointer
-        out = buffer[:, offset : offset + 1000]
-        call = launcher.plan(a, b, out, config=config)
+    swapped = GemmConfig(block_m=64, block_n=16, num_stages=8, extra={"SWAP_AB": 1, "CLUSTER_M": 1})
+    plain = GemmConfig(block_m=128, block_n=64, num_stages=4, extra={"CLUSTER_M": 1})
+    buffer = cupy.empty((9, 1040), dtype=input_dtype(dtype))
+    # (config, N, first column in the buffer, store boxes): 16 bytes in, TMA writes the view; 2 bytes in, or
+    # rows of 700 (1400 bytes, TMA would write to 704), by pointer when swapped, padded and copied when plain.
+    for config, n, offset, boxes in ((swapped, 1000, 8, True), (swapped, 1000, 1, False), (swapped, 700, 8, False),
+                                     (plain, 700, 8, None)):  # fmt: skip
+        a, b = random_problem(9, n, 520, input_dtype(dtype), seed=5100 + n + offset)
+        buffer[:] = cupy.nan
+        call = launcher.plan(a, b, buffer[:, offset : offset + n], config=config)
         stats = verify(call, reference(a, b), call.out)
         has_boxes = _plan_of(call).launch.shared_mem > tile_smem_bytes(config.merged_over(DEFAULTS)) + 1024
-        untouched = bool(cupy.isnan(buffer[:, :offset]).all()) and bool(cupy.isnan(buffer[:, offset + 1000 :]).all())
-        if not (stats.passed and has_boxes == boxes and untouched):
-            failures.append(f"out at element {offset}: {stats.summary()}, store boxes {has_boxes}, "
+        untouched = bool(cupy.isnan(buffer[:, :offset]).all()) and bool(cupy.isnan(buffer[:, offset + n :]).all())
+        if not (stats.passed and boxes in (None, has_boxes) and untouched):
+            failures.append(f"N {n} out at element {offset} {config}: {stats.summary()}, store boxes {has_boxes}, "
                             f"columns beside it untouched {untouched}")  # fmt: skip
-        buffer[:] = cupy.nan
     assert not failures, "\n".join(failures)
 
 
