@@ -92,18 +92,17 @@ model's 8 cheapest candidates, the cheapest of each family and the kernel's defa
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
 free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
 space with 256-row tiles; results/h200/autotune.json) the model's first choice among the timed candidates
-is on average 2.6% slower than the fastest (at worst 22.2%; 7 of the 102 over 10%); its estimates are
-within 0.82 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
+is on average 2.5% slower than the fastest (at worst 18.0%; 4 of the 102 over 10%); its estimates are
+within 0.83 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
 `tests/test_heuristic.py` checks these numbers against the record). Fitted on half the layers (N x K) and
 scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
---cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 512
-x 4096 x 4096 and 7168 and 256 x 4096 x 14336, 128 x 128 tiles without a cluster, 10% to 22% behind the
-same tiles in clusters of two along M', which the model prices under 1% dearer (its k-tile loop binds;
-measured, the L2 does); at 384 and 768 x 4096 x 4096, 16% and 21% behind a swapped or 256-row tile it priced
-within 1%. Over the lab's sweeps of the space (lab/results/h200/library_space*.json, 21 problems, mid M among
-them with the model's 24 cheapest each) its first choice is within 5.1% of the fastest (1.2% on average); without
-the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing no cluster where
-the one sharing the weight ran 3 to 16% faster.
+--cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 96, 384
+and 512 x 4096 x 4096 and 512 x 24576 x 1536, 14% to 18% behind a swapped tile the model prices level with
+the plain one it picks or up to 12% dearer: swapped tiles store C through TMA since the model was fitted,
+and it prices no epilogue apart. Over the lab's sweeps of the space (lab/results/h200/library_space*.json,
+21 problems, mid M among them with the model's 24 cheapest each) its first choice is within 5.1% of the
+fastest (1.2% on average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing
+no cluster where the one sharing the weight ran 3 to 16% faster.
 """
 
 from __future__ import annotations

@@ -558,9 +558,10 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     line = summary["graph, table", "all"]
     assert "are not met" in text and (line["at_least_1"] < 0.9 * line["rows"] or line["median"] < 1.03)
     mid = [summary["graph, table", band]["worst"] for band in ("33-500", "501-1500")]
-    assert f"the widest gaps, {min(mid):.2f} to {max(mid):.2f}, on 2112 x 7168" in text
     worst_mid = [line["below"][0] for line in (summary["graph, table", b] for b in ("33-500", "501-1500"))]
-    assert all("x2112x7168 " in name for name in worst_mid)
+    assert "256x2112x7168 " in worst_mid[0] and "512x28672x4096 " in worst_mid[1]
+    assert f"the widest gap, {mid[0]:.2f}, at 256 x 2112 x 7168" in text
+    assert f"{mid[1]:.2f} at worst from 501 to 1500 (512 x 28672 x 4096)" in text
     medians = [f"{summary['graph, table', band]['median']:.3f}" for band in ("1-32", "33-500", "501-1500", ">1500")]
     said = "**The medians** in graphs: {} at M 1 to 32, {} at 33 to 500, {} at 501 to 1500, {} above".format(*medians)
     assert said in text
@@ -595,20 +596,25 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     large = ((2048, 7168, 2048), (1536, 28672, 4096))
     alone = [sorted(x(d, *shape, "x_torch_graph_heuristic") for d in ("fp16", "bf16")) for shape in large]
     assert (
-        f"2048 x 7168 x 2048 {both(*large[0])}, 1536 x 28672 x 4096 {both(*large[1])}; table and heuristic both pick "
-        f"whole 224-wide tiles in clusters of two (the heuristic's: {span(*alone[0], 2)} and {span(*alone[1], 2)} in "
-        "both dtypes)"
+        f"2048 x 7168 x 2048 {both(*large[0])}, 1536 x 28672 x 4096 {both(*large[1])}; the heuristic picks whole "
+        f"224-wide tiles in clusters of two at both ({span(*alone[0], 2)} and {span(*alone[1], 2)}), the table the "
+        "same at the first and swapped 192-token tiles at the second"
     ) in text
-    picks = [r[f] for r in rows if (r["m"], r["n"], r["k"]) in large for f in ("config", "heuristic_config")]
-    assert all(re.match(r"n224 c(2|1x2) s1 ", pick) for pick in picks)
+    picks = {(r["m"], f): r[f] for r in rows if (r["m"], r["n"], r["k"]) in large
+             for f in ("config", "heuristic_config")}  # fmt: skip
+    assert all(re.match(r"n224 c(2|1x2) s1 ", pick) for (m, f), pick in picks.items() if "heuristic" in f or m == 2048)
+    assert picks[1536, "config"].startswith("swap n192 ")
     at_512 = next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == ("fp16", 512, 2112, 7168))
-    tiles = {at_512[f].removesuffix(" jit").removesuffix(" pdl") for f in ("config", "heuristic_config")}
+    table_tile, model_tile = (at_512[f].removesuffix(" jit").removesuffix(" pdl")
+                              for f in ("config", "heuristic_config"))  # fmt: skip
     behind = round(100 * (at_512["graph_us"] / at_512["torch_graph_us"] - 1))
-    assert tiles == {"n64 c2 s1 st8"} and (
-        "At 512 the table and the heuristic pick the same tile, `n64 c2`: cuBLAS's geometry "
-        f"(`nvjet_sm90_hsh_64x128_64x8_1x2`), which cuBLAS runs {behind}% faster here"
-    ) in text
-    assert f"this kernel is 8 to {behind}% behind: the kernel's pace, not the pick" in text
+    entries = [r["config"] for r in rows if (r["m"], r["n"], r["k"]) in ((512, 2112, 7168), (256, 2112, 7168))]
+    assert all(entry.startswith("swap m64 n128 ") for entry in entries) and model_tile == "n64 c2 s1 st8" and (
+        "At 512 and 256 the table's entries are cuBLAS's geometry swapped (`swap m64 n128`: 64 weight rows by 128 "
+        f"tokens, as `nvjet_sm90_hsh_64x128_64x8_1x2` tiles C^T), {behind}% behind cuBLAS at 512; the heuristic "
+        f"keeps the plain `n64 c2` ({at_512['x_torch_graph_heuristic']:.2f} at 512)"
+    ) in text and table_tile.startswith("swap m64 n128 c1 ")
+    assert f"this kernel is {behind}% behind at 512: the kernel's pace, not the pick" in text
     below = sorted(r["x_torch_graph"] for r in rows if r["x_torch_graph"] < 1)
     assert f"{sum(v >= 0.97 for v in below)} of the {len(below)} rows below 1.0x are within 3% of it" in text
     blocks = {(b["dtype"], b["m"]): b["x_torch_graph"] for b in record["block"]}
@@ -702,11 +708,15 @@ def test_notebook_07_says_which_records_show_determinism():
     soaked = [r for r in record["rows"] if r["run"] == soak.RUN]
     soak_commit = record["provenance"]["commit"]
     assert {r["run_date"] for r in soaked} == {record["provenance"]["date"]}
-    assert f"is of this kernel and this autotune table at `{soak_commit[:7]}`" in text
     table = {(r["m"], r["n"], r["k"]): r["name"] for r in results.load("autotune")["rows"]}
-    assert {(r["m"], r["n"], r["k"], r["dtype"]): r["config"] for r in soaked} == {
-        (*shape, dtype): name for shape, name in table.items() for dtype in ("fp16", "bf16")
-    }  # every entry of the present table soaked, by its name (tile, cluster, schedule, PDL, SHAPE_JIT)
+    configs = {(r["m"], r["n"], r["k"], r["dtype"]): r["config"] for r in soaked}
+    unsoaked = [shape for shape, name in table.items()
+                if any(configs.get((*shape, dtype)) != name for dtype in ("fp16", "bf16"))]  # fmt: skip
+    if unsoaked:  # a soak of an earlier table: the text says so, and how many entries it did not run
+        assert f"is of the kernel and autotune table at `{soak_commit[:7]}`" in text
+        assert f"({len(unsoaked)} of this table's {len(table)} entries differ from it; not yet soaked)" in text
+    else:  # every entry of the present table soaked, by its name (tile, cluster, schedule, PDL, SHAPE_JIT)
+        assert f"is of this kernel and this autotune table at `{soak_commit[:7]}`" in text
     assert len(soaked) == 2 * len(table) and all(r["mismatched"] == 0 for r in soaked)
     streams, threads = {r["streams"] for r in soaked}, {r["threads"] for r in soaked}
     assert len(streams) == len(threads) == 1 and (
@@ -718,7 +728,7 @@ def test_notebook_07_says_which_records_show_determinism():
     shown = stream_text(cell(nb, "07-determinism"))
     assert f"deepgemm.gemm soak: {len(soaked)} cases" in shown
     runs = shown.split("# compute-sanitizer on ")[1:]
-    assert len(runs) == 6 and all("commit c082b4d" in run for run in runs)  # this code, with these records
+    assert len(runs) == 6 and all("commit 38b3e87" in run for run in runs)  # the kernel as it is, swapped stores too
     for tool in ("memcheck", "racecheck", "synccheck"):
         assert all(f"## {tool}\nexit 0\n" in run for run in runs)
     assert all(run.count("ERROR SUMMARY: 0 errors") == 2 and "0 hazards displayed (0 errors, 0 warnings)" in run
