@@ -123,10 +123,16 @@ def tma_describable(x: cupy.ndarray) -> bool:
     return x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[1] == x.itemsize
 
 
+def tma_writable(x: cupy.ndarray) -> bool:
+    """Whether TMA stores can write `x` and nothing beside it: describable, and each row whole 16-byte chunks,
+    since a TMA store writes whole chunks (into a view of 700 fp16 columns it would write columns 700 to 703)."""
+    return tma_describable(x) and x.shape[1] * x.itemsize % 16 == 0
+
+
 def tma_store_target(out: cupy.ndarray) -> cupy.ndarray:
-    """`out` itself when TMA can store into it, else a buffer whose rows are padded to 16 bytes (the caller
-    copies it into `out` after each launch): TMA cannot describe rows such as 4097 fp16 elements."""
-    if tma_describable(out):
+    """`out` itself when TMA can store into it (`tma_writable`), else a buffer whose rows are padded to 16
+    bytes (the caller copies it into `out` after each launch), as for rows such as 4097 fp16 elements."""
+    if tma_writable(out):
         return out
     rows, cols = out.shape
     return cupy.empty((rows, round_up(cols, 16 // out.itemsize)), dtype=out.dtype)[:, :cols]

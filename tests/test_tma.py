@@ -52,6 +52,22 @@ def test_tma_describable_follows_the_16_byte_rules(ptr, row_bytes, itemsize, des
     assert tma_describable(_matrix(ptr, row_bytes, itemsize)) is describable
 
 
+@pytest.mark.parametrize(
+    ("ptr", "row_bytes", "cols", "writable"),
+    [
+        (0x10000, 2080, 1000, True),  # 1000 of 1040 fp16 columns: rows of whole 16-byte chunks
+        (0x10000, 2080, 700, False),  # 700 columns, 1400 bytes: a TMA store would write to column 703
+        (0x10000, 1400, 700, False),  # the whole 700-column matrix: its row stride is not describable
+        (0x10010, 2080, 1000, True),  # a view 8 columns in: aligned
+    ],
+)
+def test_tma_stores_only_into_rows_of_whole_16_byte_chunks(ptr, row_bytes, cols, writable):
+    from deepgemm.tma import tma_writable
+
+    x = SimpleNamespace(data=SimpleNamespace(ptr=ptr), shape=(9, cols), strides=(row_bytes, 2), itemsize=2)
+    assert tma_writable(x) is writable
+
+
 def _matrix_2d(ptr: int, rows: int = 64, cols: int = 64, dtype=np.float16):
     """A stand-in for a row-major CuPy matrix: what `encode_tile_map` reads of one."""
     itemsize = np.dtype(dtype).itemsize
