@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lab import RESULTS_DIR, coalescer, gpc, rounds, sweeps
+from lab import RESULTS_DIR, coalescer, gpc, kernel_probe, rounds, sweeps
 from tutorial import results
 from tutorial.bench import bench_variants
 from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
@@ -95,7 +95,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "v5_hiding": rounds.summary_lines,
         "v5_cluster_n": rounds.summary_lines,
     }
-    return show(args.name, summaries.get(args.name))
+    probe = kernel_probe.lines if args.name.startswith("kernel_probe") else None  # each shape's comparisons
+    return show(args.name, summaries.get(args.name, probe))
 
 
 def cmd_coalescer(args: argparse.Namespace) -> int:

@@ -41,3 +41,12 @@ def test_swap_pointer_stores_every_swapped_tile_by_pointer_where_the_shipped_ker
     tile = {"BLOCK_M": 64, "BLOCK_N": block_n, "NUM_STAGES": 4, "CLUSTER_M": 1, "SWAP_AB": 1}
     assert compile_file_report(LIBRARY_KERNEL, tile).launch_facts().store_box is not None
     assert compile_file_report(kernel_probe.variant_kernel("swap_pointer"), tile).launch_facts().store_box is None
+
+
+def test_without_a_gpu_a_probe_record_shows_each_comparison(capsys):
+    from lab import cli
+
+    assert cli.main(["show", "kernel_probe_swap_pointer"]) == 0
+    shown = capsys.readouterr().out
+    assert "fp16 96x4096x4096 swap m64 n96 c1 s1 st10 pdl jit" in shown and "(x 0.918)" in shown
+    assert shown.count("identical True") == 6
