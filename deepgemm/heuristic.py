@@ -307,9 +307,8 @@ def swap_box_rows(block_n: int) -> int:
 
 
 def c_by_pointer(block_n: int, cluster_ctas: int) -> bool:
-    """Whether a swapped tile with a 16-bit C stores C^T value by value from registers instead of through
-    store boxes and TMA: in a cluster, under SWAP_CLUSTER_TMA_FROM (gemm_sm90.cu, [8]); also, whatever the
-    tile, where C's rows are not whole 16-byte vectors (the plan's C_UNALIGNED), which counts no stage."""
+    """Whether a swapped tile with a 16-bit C, in rows TMA can write, stores C^T value by value from registers
+    instead of through store boxes and TMA: in a cluster, under SWAP_CLUSTER_TMA_FROM (gemm_sm90.cu, [8])."""
     return cluster_ctas > 1 and block_n < SWAP_CLUSTER_TMA_FROM
 
 

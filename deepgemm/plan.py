@@ -55,7 +55,7 @@ from deepgemm.operands import (
     leading_dim,
     padded_k,
 )
-from deepgemm.tma import encode_spec, operand_box, read_in_place, read_mn_major, tile_map_spec
+from deepgemm.tma import encode_spec, operand_box, read_in_place, read_mn_major, rows_writable, tile_map_spec
 
 MIN_CC = (9, 0)  # wgmma and setmaxnreg: sm_90a, Hopper only
 SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
@@ -354,10 +354,8 @@ def _build(
     out_dtype = p.out_dtype
     out_itemsize = np.dtype(out_dtype).itemsize
     out_rows_stride = leading_dim(p.out) if p.out is not None else p.n
-    aligned = p.out is None or p.out.data.ptr % 16 == 0
-    # What TMA can write C as: rows at 16-byte aligned addresses, each whole 16-byte chunks, since a TMA store
-    # writes whole chunks (it would overwrite what an `out` view of N = 700 fp16 has beside it, to 704).
-    c_rows_whole = aligned and out_rows_stride * out_itemsize % 16 == 0 and p.n * out_itemsize % 16 == 0
+    c_rows_whole = rows_writable(0 if p.out is None else p.out.data.ptr, out_rows_stride * out_itemsize,
+                                 p.n * out_itemsize)  # fmt: skip
     defines = {
         **kernel_defines(cfg), **dtype_defines(p.a.dtype), "A_MN_MAJOR": int(operands[0].mn_major),
         "B_MN_MAJOR": int(operands[1].mn_major), **epilogue_defines(bias, act, out_dtype),

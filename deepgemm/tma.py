@@ -123,10 +123,16 @@ def tma_describable(x: cupy.ndarray) -> bool:
     return x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[1] == x.itemsize
 
 
+def rows_writable(ptr: int, row_stride_bytes: int, row_bytes: int) -> bool:
+    """Whether TMA stores can write rows of `row_bytes` at `ptr`, `row_stride_bytes` apart, and nothing beside
+    them: a 16-byte aligned base and stride, and rows of whole 16-byte chunks, since a TMA store writes whole
+    chunks (into a view of 700 fp16 columns it would write columns 700 to 703)."""
+    return ptr % 16 == 0 and row_stride_bytes % 16 == 0 and row_bytes % 16 == 0
+
+
 def tma_writable(x: cupy.ndarray) -> bool:
-    """Whether TMA stores can write `x` and nothing beside it: describable, and each row whole 16-byte chunks,
-    since a TMA store writes whole chunks (into a view of 700 fp16 columns it would write columns 700 to 703)."""
-    return tma_describable(x) and x.shape[1] * x.itemsize % 16 == 0
+    """Whether TMA stores can write the row-major matrix `x` and nothing beside it (`rows_writable`)."""
+    return x.strides[1] == x.itemsize and rows_writable(x.data.ptr, x.strides[0], x.shape[1] * x.itemsize)
 
 
 def tma_store_target(out: cupy.ndarray) -> cupy.ndarray:

@@ -28,14 +28,20 @@ def _bias(n: int, dtype, seed: int):
     return random_matrix(1, n, dtype, cupy.random.default_rng(seed))[0]
 
 
-def _reads_bias_in_place(call) -> bool:
-    """Whether the library's cached plan of this call reads its bias as it lies (no float32 copy)."""
+def _plan_of(call):
+    """The library's cached plan of a call made through the library launcher."""
     from deepgemm import api
     from deepgemm.frameworks import Cupy
 
     o = call.options
-    key = api.plan_key(Cupy, call.a, call.b, o["bias"], call.out, o.get("activation"), o.get("out_dtype"), o["config"])
-    return api._PLANS[key].bias_in_place
+    key = api.plan_key(Cupy, call.a, call.b, o.get("bias"), call.out, o.get("activation"), o.get("out_dtype"),
+                       o["config"])  # fmt: skip
+    return api._PLANS[key]
+
+
+def _reads_bias_in_place(call) -> bool:
+    """Whether the library's cached plan of this call reads its bias as it lies (no float32 copy)."""
+    return _plan_of(call).bias_in_place
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu", None])
@@ -399,17 +405,6 @@ def test_library_swap_ab_token_tiles_in_steps_of_8_match_reference(dtype):
     shapes = ((1, 1000, 520), (17, 1032, 1000), (200, 700, 1000), (777, 4096, 520))
     failures = _failures_over(launcher, configs, shapes, dtype, seed=3000, layouts=("k", "mn"))
     assert not failures, "\n".join(failures)
-
-
-def _plan_of(call):
-    """The library's cached plan of a call made through the library launcher."""
-    from deepgemm import api
-    from deepgemm.frameworks import Cupy
-
-    o = call.options
-    key = api.plan_key(Cupy, call.a, call.b, o.get("bias"), call.out, o.get("activation"), o.get("out_dtype"),
-                       o["config"])  # fmt: skip
-    return api._PLANS[key]
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
