@@ -7,10 +7,8 @@
 //   [3] one wgmma batch in flight: a consumer issues k-tile i, then waits only for k-tile i-1.
 //   [4] the fused epilogue: out = act(alpha * acc + bias[col]) in fp32, rounded once, staged through
 //       128B-swizzled shared memory and written by TMA stores that drain while the consumers go on.
-// On this power-capped card an instruction costs clock: waiting threads sleep on their barriers and the
-// descriptors are advanced by adding. What still limits it: a tile's epilogue leaves the tensor cores
-// idle, and the cap holds the SM clock near 1500 MHz. The library's kernel grows from this one (other
-// output types, layouts, tiles): python -m tutorial diff library.
+// What still limits it: a tile's epilogue leaves the tensor cores idle, and the power cap holds the SM
+// clock near 1500 MHz. The library's kernel grows from this one: python -m tutorial diff library.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a kernel.cu
 
 #include <cuda_fp16.h>
@@ -85,9 +83,8 @@ constexpr int B_BOX_BYTES = B_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
 constexpr int K_STEP = 16 * (int)sizeof(elem_t) / 16;     // a k16 step: 32 bytes along a row, 2 in descriptor units
 constexpr int PRODUCER_REGS = 40;   // the producer thread only computes coordinates
 constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue; 40 + 2 x 232 <= 512
-// [4] Each consumer warp stores its 16 rows of C in boxes of 16 rows x 128 bytes (the swizzle span), through
-// two buffers: it fills one while TMA reads the other. Swizzled, the 8 rows of a fragment store fall in 8
-// different 16-byte bank groups: no conflicts.
+// [4] Each consumer warp stores its 16 rows of C in boxes of 16 rows x 128 bytes (the swizzle span, so a
+// fragment's 8 rows hit 8 different bank groups), through two buffers: it fills one while TMA reads the other.
 constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
 constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
@@ -287,47 +284,30 @@ __device__ __forceinline__ void acc_register_fence(float (&acc)[N]) {
 #define WGMMA_D64(i) WGMMA_D8(i), WGMMA_D8(i + 8), WGMMA_D8(i + 16), WGMMA_D8(i + 24), \
                      WGMMA_D8(i + 32), WGMMA_D8(i + 40), WGMMA_D8(i + 48), WGMMA_D8(i + 56)
 #define WGMMA_REGS_0_63 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, " \
-    "%56, %57, %58, %59, %60, %61, %62, %63"
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define WGMMA_REGS_64_127 \
-    "%64, %65, %66, %67, %68, %69, %70, %71, " \
-    "%72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, " \
-    "%88, %89, %90, %91, %92, %93, %94, %95, " \
-    "%96, %97, %98, %99, %100, %101, %102, %103, " \
-    "%104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, " \
-    "%120, %121, %122, %123, %124, %125, %126, %127"
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 // D(64xN, fp32) += A(64x16) * B(16xN), A and B read from shared memory through their descriptors, both
 // K-major (imm-trans-a = imm-trans-b = 0), imm-scale-a = imm-scale-b = 1, D kept when scale_d != 0.
 // Accumulator fragment, thread t of the warpgroup, warp w = t / 32, lane l = t % 32, j = 0 .. N/8 - 1:
 //   d[4j+0] = D(16w + l/4,     8j + 2(l%4))     d[4j+1] = D(16w + l/4,     8j + 2(l%4) + 1)
 //   d[4j+2] = D(16w + l/4 + 8, 8j + 2(l%4))     d[4j+3] = D(16w + l/4 + 8, 8j + 2(l%4) + 1)
-// So n128's fragment is the first half of n256's: d may be either half of a 128-column accumulator array.
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk16(float* d, unsigned long long desc_a, unsigned long long desc_b,
                                                int scale_d) {
-    static_assert(N == 128 || N == 256, "the instruction shapes this kernel issues");
-    if constexpr (N == 256) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
-                     "{" WGMMA_REGS_0_63 ", " WGMMA_REGS_64_127 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                     : WGMMA_D64(0), WGMMA_D64(64)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    } else {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
-                     "{" WGMMA_REGS_0_63 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                     : WGMMA_D64(0)
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
+    static_assert(N == 256, "the instruction shape this kernel issues");
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." WGMMA_AB_TYPE "." WGMMA_AB_TYPE " "
+                 "{" WGMMA_REGS_0_63 ", " WGMMA_REGS_64_127 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D64(0), WGMMA_D64(64)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 // Gives this warpgroup's spare registers back to the CTA's pool (all 4 warps execute it).
@@ -397,13 +377,10 @@ __device__ __forceinline__ void timeline_stamp(bool stamper, int role, Stamp eve
 #endif
 }
 
-// ---------------------------------------------------------------------------------------------------
-// [4] The fused epilogue's arithmetic, in fp32 before the one rounding to the input type.
-// ---------------------------------------------------------------------------------------------------
+// ---- [4] the fused epilogue's arithmetic, in fp32 before the one rounding to the input type ----------
 
-// GELU's tanh form is 0.5 x (1 + tanh(v)), v = sqrt(2/pi) (x + 0.044715 x^3), with one MUFU.TANH (relative
-// error about 2^-11, below the 16-bit output's rounding: tutorial/check.py's bound). The special-function
-// unit runs at an eighth of the FMA rate.
+// GELU's tanh form, 0.5 x (1 + tanh(v)), v = sqrt(2/pi) (x + 0.044715 x^3), with one MUFU.TANH: relative error
+// about 2^-11, below the 16-bit output's rounding (tutorial/check.py's bound).
 __device__ __forceinline__ float tanh_approx(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -428,10 +405,9 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The kernel. Grid: [1] as many [2] clusters as there are cluster tiles or as fit on the GPU at once (the
-// launcher asks the driver), of NUM_THREADS threads and LAUNCH_SMEM_BYTES of dynamic shared memory each.
-// [4] tma_c maps C in boxes of EPI_ROWS x EPI_CHUNK_COLS, 128B-swizzled; C (row stride ldc) is the same
-// memory, which only the TMA_STORE 0 ablation stores to. bias may be nullptr when HAS_BIAS is 0.
+// The kernel. Grid: [1] as many [2] clusters as there are cluster tiles or fit on the GPU at once, each CTA
+// NUM_THREADS threads with LAUNCH_SMEM_BYTES. [4] tma_c maps C in 128B-swizzled EPI_ROWS x EPI_CHUNK_COLS
+// boxes; C (row stride ldc) is the same memory, for the TMA_STORE 0 ablation. bias may be nullptr.
 // ---------------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
@@ -528,10 +504,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         int stage = 0;
         unsigned phase = 0;  // parity of the full-barrier phase this pass over the stages waits for
 
-        // Stage 0's descriptors, built once: this consumer's 64 rows of A are 64 x 128 bytes into the A
-        // tile; SBO = 1024 bytes (8 rows x 128 B); LBO unused (16 B). Another stage or k16 step only moves
-        // the start address, the low 14 bits in 16-byte units, so the loop adds to these: half the
-        // instructions of rebuilding them.
+        // Stage 0's descriptors, built once (this consumer's 64 rows of A 64 x 128 bytes into the A tile; SBO
+        // 1024 bytes = 8 rows; LBO unused): another stage or k16 step only adds to the start address, in
+        // 16-byte units, half the instructions of rebuilding them (and on this power-capped card they cost clock).
         const unsigned long long desc_a0 =
             make_smem_desc(smem_base + consumer * WG_ROWS * SWIZZLE_ROW_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
         const unsigned long long desc_b0 = make_smem_desc(smem_base + A_TILE_BYTES, 16, 8 * SWIZZLE_ROW_BYTES);
@@ -564,9 +539,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     wgmma_m64nNk16<BLOCK_N>(acc, desc_a0 + step, desc_b0 + step, (k_tile | kk) != 0);
                 }
                 wgmma_commit_group();
-                // [3] This batch stays in flight; the one before it (k-tile - 1) has now finished reading
-                // its stage, which this warp releases. (WGMMA_IN_FLIGHT 0, the ablation: wait for this
-                // batch too and release its own stage, as v4 does.)
+                // [3] This batch stays in flight; the one before it has now read its stage, which this warp
+                // releases. (WGMMA_IN_FLIGHT 0, the ablation: wait for this batch too, as v4 does.)
                 wgmma_wait_group<WGMMA_IN_FLIGHT>();
                 const int done_stage = WGMMA_IN_FLIGHT ? prev_stage : stage;
                 const bool done = !WGMMA_IN_FLIGHT || k_tile > 0;
