@@ -18,8 +18,9 @@ KERNELS = (*stages.STAGES, LIBRARY)  # every kernel.cu, and the library's gemm_s
 
 @cache
 def kernel_knobs(stage: str) -> frozenset[str]:
-    """The defines a kernel reads, each with a default of its own (`#ifndef NAME`)."""
-    return frozenset(re.findall(r"^#ifndef (\w+)$", kernel_path(stage).read_text(), re.M))
+    """The defines a kernel reads, each with a default of its own (`#ifndef NAME`), and the knobs that pick one
+    of its ablation diffs (`stages.source_knobs`: v5's TMA_STORE)."""
+    return frozenset(re.findall(r"^#ifndef (\w+)$", kernel_path(stage).read_text(), re.M)) | stages.source_knobs(stage)
 
 
 def launcher_defines(stage: str, bf16: bool, **extra: int) -> tuple[tuple[str, int], ...]:

@@ -137,14 +137,6 @@ def test_the_notebook_table_sets_a_live_run_beside_the_record():
     assert table[1]["live_us"] == 260.0 and table[2]["us"] is None and table[2]["live_us"] == 240.0
 
 
-def test_v5_without_the_tma_store_stores_c_from_registers():
-    """TMA_STORE=0 takes C as a pointer: no bulk tensor store and no stmatrix, global stores instead."""
-    shipped = sass("v5_fused", launcher_defines("v5_fused", False))
-    by_pointer = sass("v5_fused", launcher_defines("v5_fused", False, TMA_STORE=0))
-    assert "UTMASTG" in shipped and "STSM" in shipped
-    assert "UTMASTG" not in by_pointer and "STSM" not in by_pointer and "STG.E" in by_pointer
-
-
 def test_v4_without_a_swizzle_loads_eight_boxes_per_operand():
     """BOX_K=8: eight 16-byte-wide TMA loads per operand per k-tile where the shipped kernel issues one."""
     shipped = sass("v4_pipeline_swizzle", launcher_defines("v4_pipeline_swizzle", False))

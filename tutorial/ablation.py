@@ -1,8 +1,9 @@
 """Ablations: each stage with the technique it adds switched off, verified, timed beside cuBLAS and profiled.
 
 A stage's README says what its technique buys; an ablation measures it. Each variant is the stage as it
-ships with one thing changed: a compile-time knob (`GemmConfig`, e.g. v2's `SMEM_SWIZZLE=0`), or for v5 a
-different plan (one CTA per tile instead of the persistent grid, bias and GELU as separate kernels). The
+ships with one thing changed: a compile-time knob (`GemmConfig`, e.g. v2's `SMEM_SWIZZLE=0`), a knob that
+applies a diff to the source (v5's `TMA_STORE=0`, `tutorial.stages.SOURCE_ABLATIONS`), or for v5 a different
+plan (one CTA per tile instead of the persistent grid, bias and GELU as separate kernels). The
 first variant is the stage as shipped; every row carries its time relative to it (`x_shipped`) and to cuBLAS
 in the same run, and, where ncu is on the PATH and the variant is a config, the profile's bank conflicts
 and stalls, so the counter the technique moves is seen to move.

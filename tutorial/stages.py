@@ -5,7 +5,9 @@ one rule for which of them this GPU runs (`runs_here`), which the commands, the 
 from __future__ import annotations
 
 import importlib
+import tempfile
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -15,6 +17,7 @@ from deepgemm import jit, plan_sm80
 from deepgemm.dtypes import dtype_defines, input_dtype
 from deepgemm.operands import SM90A, capability_label, compute_capability, device_name, supports
 from deepgemm.plan import kernel_defines
+from tutorial.patch import apply_diff
 
 STAGES_DIR = Path(__file__).resolve().parent.parent / "stages"
 
@@ -31,6 +34,9 @@ LIBRARY = "library"  # deepgemm.gemm and its kernel (deepgemm/kernels/gemm_sm90.
 LIBRARY_SM80 = "library_sm80"  # the library's kernel without wgmma (deepgemm/kernels/gemm_sm80.cu), grown from v2
 LIBRARIES = (LIBRARY, LIBRARY_SM80)
 PARENT = {LIBRARY: STAGES[-1], LIBRARY_SM80: "v2_mma_sync"}  # the stage each library kernel is grown from
+# Ablations that change a stage's code, not a define: (stage, knob, value) -> a diff in the stage's folder,
+# applied where a config sets the knob to that value (the kernel itself reads no such define).
+SOURCE_ABLATIONS = {("v5_fused", "TMA_STORE", 0): "store_from_registers.diff"}
 
 
 def stage_name(short_or_full: str) -> str:
@@ -60,29 +66,62 @@ def load(stage: str) -> ModuleType:
     return importlib.import_module(f"tutorial.{name}" if name in LIBRARIES else f"stages.{name}.launch")
 
 
-def kernel_path(stage: str) -> Path:
-    """The stage's kernel.cu, or one of the library's kernels."""
+def kernel_path(stage: str, defines: Mapping[str, int] | None = None) -> Path:
+    """The stage's kernel.cu, or one of the library's kernels; where `defines` ask for one of the stage's
+    SOURCE_ABLATIONS, a copy with its diff applied."""
     name = stage_name(stage)
     if name in LIBRARIES:
         return jit.LIBRARY_KERNEL if name == LIBRARY else plan_sm80.KERNEL
+    for (patched, knob, value), diff in SOURCE_ABLATIONS.items():
+        if patched == name and (defines or {}).get(knob) == value:
+            return ablation_source(name, diff)
     return STAGES_DIR / name / "kernel.cu"
+
+
+def source_knobs(stage: str) -> frozenset[str]:
+    """The knobs that select one of the stage's SOURCE_ABLATIONS."""
+    return frozenset(knob for patched, knob, _ in SOURCE_ABLATIONS if patched == stage_name(stage))
+
+
+@cache
+def ablation_source(stage: str, diff: str) -> Path:
+    """The stage's kernel.cu with the diff applied, written once per process into a folder of its own that
+    lives as long as the process (the JIT caches compiles by path)."""
+    folder = Path(_ablation_folder().name)
+    path = folder / f"{stage}_{Path(diff).stem}.cu"
+    kernel = STAGES_DIR / stage / "kernel.cu"
+    path.write_text(apply_diff(kernel.read_text(), (kernel.parent / diff).read_text()))
+    return path
+
+
+@cache
+def _ablation_folder() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="deepgemm-ablations-")
+
+
+def compiled_source(stage: str, defines: Mapping[str, int]) -> tuple[Path, dict[str, int]]:
+    """What to compile for these defines: the file (`kernel_path`) and the defines it reads, a knob that picks
+    one of SOURCE_ABLATIONS left out."""
+    knobs = source_knobs(stage)
+    return kernel_path(stage, defines), {name: value for name, value in defines.items() if name not in knobs}
 
 
 def get_kernel(stage: str, defines: Mapping[str, int]) -> cupy.RawKernel:
     """The stage's kernel compiled for the current GPU with these defines (`deepgemm.jit`, cached)."""
-    return jit.get_kernel(kernel_path(stage), defines)
+    return jit.get_kernel(*compiled_source(stage, defines))
 
 
 def launch_facts(stage: str, defines: Mapping[str, int]) -> jit.LaunchFacts:
     """The launch facts the stage's kernel exports, compiled with these defines."""
-    return jit.launch_facts(kernel_path(stage), defines)
+    return jit.launch_facts(*compiled_source(stage, defines))
 
 
 def compile_report(
     stage: str, defines: Mapping[str, int], arch: str = "sm_90a", options: tuple[str, ...] = ()
 ) -> jit.CompileReport:
     """The stage compiled without a GPU (NVRTC), with ptxas's report: for the tests and for reading SASS."""
-    return jit.compile_file_report(kernel_path(stage), defines, arch, options, name=stage_name(stage))
+    path, read = compiled_source(stage, defines)
+    return jit.compile_file_report(path, read, arch, options, name=stage_name(stage))
 
 
 def default_defines(stage: str, dtype_name: str = "fp16") -> dict[str, int]:

@@ -22,13 +22,11 @@
 typedef __nv_bfloat16 elem_t;
 typedef __nv_bfloat162 elem2_t;
 #define WGMMA_AB_TYPE "bf16"
-__device__ __forceinline__ elem_t to_elem(float x) { return __float2bfloat16_rn(x); }
 __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
 #else
 typedef __half elem_t;
 typedef __half2 elem2_t;
 #define WGMMA_AB_TYPE "f16"
-__device__ __forceinline__ elem_t to_elem(float x) { return __float2half_rn(x); }
 __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
 #endif
 
@@ -63,9 +61,6 @@ __device__ __forceinline__ elem2_t to_elem2(float lo, float hi) { return __float
 #ifndef WGMMA_IN_FLIGHT
 #define WGMMA_IN_FLIGHT 1 // [3] wgmma batches left in flight while the next k-tile is issued; 0: the ablation
 #endif
-#ifndef TMA_STORE
-#define TMA_STORE 1    // [4] C through swizzled shared memory and TMA stores; 0: from registers, the ablation
-#endif
 #ifndef TIMELINE
 #define TIMELINE 0     // 1: the first CTAs stamp their waits and hand-offs for tutorial/timeline.py
 #endif
@@ -88,7 +83,7 @@ constexpr int CONSUMER_REGS = 232;  // 128 accumulators + descriptors + epilogue
 constexpr int EPI_ROWS = 16;                                        // rows of C per consumer warp
 constexpr int EPI_BOX_BYTES = EPI_ROWS * SWIZZLE_ROW_BYTES;         // 2 KB: one TMA store box
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
-constexpr int EPI_BYTES = TMA_STORE ? NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES : 0;  // 32 KB, after the stages
+constexpr int EPI_BYTES = NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = SWIZZLE_ROW_BYTES / (int)sizeof(elem_t);   // 64 columns of C
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
@@ -407,7 +402,8 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float bi
 // ---------------------------------------------------------------------------------------------------
 // The kernel. Grid: [1] as many [2] clusters as there are cluster tiles or fit on the GPU at once, each CTA
 // NUM_THREADS threads with LAUNCH_SMEM_BYTES. [4] tma_c maps C in 128B-swizzled EPI_ROWS x EPI_CHUNK_COLS
-// boxes; C (row stride ldc) is the same memory, for the TMA_STORE 0 ablation. bias may be nullptr.
+// boxes; C (row stride ldc) is the same memory, for the ablation that stores from registers
+// (store_from_registers.diff). bias may be nullptr.
 // ---------------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(NUM_THREADS, 1)
@@ -496,8 +492,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const int warp = (threadIdx.x % 128) / 32;
         const int lane = threadIdx.x % 32;
         // [4] This warp's two store boxes; the chunk counter runs on across tiles.
-        [[maybe_unused]] const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
-        [[maybe_unused]] int epi_chunk = 0;
+        const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
+        int epi_chunk = 0;
         float acc[BLOCK_N / 2];
         const bool stamper = threadIdx.x % 128 == 0;  // the timeline's
         int stamps = 0;
@@ -562,29 +558,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's box, row r's 16-byte group g at
             // r * 128 + (g ^ r % 8) * 16 (the 128B swizzle); one lane stores it with TMA and nobody waits.
             const int warp_row0 = tile_m * BLOCK_M + consumer * WG_ROWS + warp * EPI_ROWS;
-#if !TMA_STORE
-            // [4] off, the ablation: act(alpha * acc + bias) from registers to C, as v4 stores.
-            const int row0 = warp_row0 + lane / 4;
-            const int col0 = tile_n * BLOCK_N + 2 * (lane % 4);
-#pragma unroll
-            for (int j = 0; j < BLOCK_N / 8; ++j) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = row0 + 8 * h;
-                    const int col = col0 + 8 * j;
-                    const float v0 = epilogue_value(acc[4 * j + 2 * h], alpha, HAS_BIAS && col < N ? __ldg(bias + col) : 0.0f);
-                    const float v1 = epilogue_value(acc[4 * j + 2 * h + 1], alpha, HAS_BIAS && col + 1 < N ? __ldg(bias + col + 1) : 0.0f);
-                    if (row >= M || col >= N) continue;
-                    elem_t* dst = C + (long long)row * ldc + col;
-                    if (col + 1 < N && (reinterpret_cast<unsigned long long>(dst) % sizeof(elem2_t)) == 0) {
-                        *reinterpret_cast<elem2_t*>(dst) = to_elem2(v0, v1);
-                    } else {
-                        dst[0] = to_elem(v0);
-                        if (col + 1 < N) dst[1] = to_elem(v1);
-                    }
-                }
-            }
-#else
             constexpr int CHUNKS = BLOCK_N / EPI_CHUNK_COLS;
 #pragma unroll
             for (int chunk = 0; chunk < CHUNKS; ++chunk, ++epi_chunk) {
@@ -627,7 +600,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     bulk_commit_group();
                 }
             }
-#endif
         }
         // [4] The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();

@@ -57,7 +57,7 @@ def plan(
     cfg = (config or GemmConfig()).merged_over(DEFAULTS)
     require_wgmma_tile(cfg)
     require_in(cfg, "CLUSTER_M", (1, 2), "CTAs per cluster sharing B through TMA multicast")
-    require_in(cfg, "TMA_STORE", (0, 1), "1 stores C through shared memory and TMA, 0 from registers")
+    require_in(cfg, "TMA_STORE", (0, 1), "1 stores C through TMA, 0 from registers: store_from_registers.diff")
     bias_f32 = bias_vector(bias, p.n) if bias is not None else None
     return tma_gemm_launch(
         STAGE,
