@@ -27,7 +27,7 @@
 //       before it in the stream, where the plan launches with the attribute.
 //  [11] the per-shape JIT (FIXED_M, FIXED_N, FIXED_K): the weight's dimensions compiled in, so that tile
 //       counts, the scheduler's divisions and the k-loop's bounds are constants; the tokens stay a parameter.
-// v5's ablation switches (WGMMA_IN_FLIGHT, TMA_STORE) and its timeline stamps are not here.
+// v5's ablation switch (WGMMA_IN_FLIGHT), its ablation diff and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
 #include <cuda_fp16.h>
