@@ -44,6 +44,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     f"had the swapped store boxes; {GONE} (`--variants swap_pointer` asks it the other way round)",
     "kernel_probe_swap_pointer": "python -m lab.kernel_probe --variants swap_pointer --shapes ... --name "
     "kernel_probe_swap_pointer --record (the record's provenance has the shapes)",
+    "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
+    "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
     "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
     "kernel_probe_read_wait --record (the record's provenance has the shapes)",
     "kernel_probe_swap_tma_read_wait": "python -m lab.kernel_probe --variants swap_tma,swap_tma_read_wait --shapes S "

@@ -19,8 +19,8 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
 
 `--against FILE` times another version of the kernel (an earlier commit's gemm_sm90.cu) beside the shipped one
-the same way. Each shape runs with its autotune-table entry (else the heuristic's pick), or with `--config
-NAME` for all.
+the same way. Each shape runs with its autotune-table entry (else the heuristic's pick), or with each config
+that `--config NAME,NAME...` names.
 
     python -m lab.kernel_probe --shapes 512x2112x7168,1x28672x4096 --record
 """
@@ -375,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.kernel_probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,... (default: %(default)s)")
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
-    parser.add_argument("--config", default=None, help="one config name for every shape (default: the library's pick)")
+    parser.add_argument("--config", default=None,
+                        help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps", help="of hints, two_parts, stamps (default: %(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
@@ -386,7 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         show_recorded(args.name, lines, directory=RESULTS_DIR, command="python -m lab.kernel_probe --record")
         return 0
     variants = [v for v in args.variants.split(",") if v]
-    rows = [probe(parse_shape(s), args.dtype, args.config, variants, args.against) for s in args.shapes.split(",")]
+    configs = args.config.split(",") if args.config else [None]
+    rows = [probe(parse_shape(s), args.dtype, named, variants, args.against)
+            for s in args.shapes.split(",") for named in configs]  # fmt: skip
     if args.record:
         record(args.name, "lab.kernel_probe", None, rows)
     return 0 if all(r[key]["identical"] for r in rows for key in COMPARED if key in r) else 1
