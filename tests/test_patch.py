@@ -48,8 +48,9 @@ def test_apply_diff_refuses_a_source_that_changed_under_a_hunk():
 
 
 def test_apply_diff_refuses_what_is_not_a_diff():
-    with pytest.raises(ValueError, match="not a unified diff"):
-        apply_diff("text\n", "text\n")
+    for text in ("text\n", "--- a/f\n"):
+        with pytest.raises(ValueError, match="not a unified diff"):
+            apply_diff("text\n", text)
     with pytest.raises(ValueError, match="holds 1 old lines, not 2"):
         apply_diff("a\nb\n", "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+c\n")
     with pytest.raises(ValueError, match="neither context"):

@@ -14,7 +14,7 @@ def hunks(diff: str) -> Iterator[tuple[str, int, list[str], list[str]]]:
     """Each hunk as (its header, the 0-based line it starts at, the lines it removes or keeps, those it leaves)."""
     lines = diff.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if line.startswith("--- ")]
-    if not starts or not lines[starts[0] + 1].startswith("+++ "):
+    if not starts or not "".join(lines[starts[0] + 1 : starts[0] + 2]).startswith("+++ "):
         raise ValueError("not a unified diff: no '--- ' and '+++ ' lines")
     body = lines[starts[0] + 2 :]
     heads = [i for i, line in enumerate(body) if line.startswith("@@")]
