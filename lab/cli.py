@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lab import RESULTS_DIR, coalescer, gpc, kernel_probe, rounds, sweeps
+from lab import RESULTS_DIR, coalescer, gpc, kernel_probe, rounds, sweeps, tile_order
 from tutorial import results
 from tutorial.bench import bench_variants
 from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
@@ -46,6 +46,7 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_swap_pointer --record (the record's provenance has the shapes)",
     "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
+    "tile_order": "python -m lab.tile_order --record",
     "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
     "kernel_probe_read_wait --record (the record's provenance has the shapes)",
     "kernel_probe_swap_tma_read_wait": "python -m lab.kernel_probe --variants swap_tma,swap_tma_read_wait --shapes S "
@@ -96,6 +97,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "gpc_placement": gpc.placement_lines,
         "v5_hiding": rounds.summary_lines,
         "v5_cluster_n": rounds.summary_lines,
+        "tile_order": tile_order.lines,
     }
     probe = kernel_probe.lines if args.name.startswith("kernel_probe") else None  # each shape's comparisons
     return show(args.name, summaries.get(args.name, probe))
