@@ -1,6 +1,6 @@
-"""What a lab sweep over chosen shapes shares (`lab.library_space`, `lab.pdl_pairs`): its arguments (--shapes,
---dtype, --record), the record shown where there is no GPU, every config compiled at once before anything is
-timed, a row per shape, and the rows recorded."""
+"""What a lab sweep over chosen shapes shares (`lab.library_space`, `lab.pdl_pairs`, `lab.tile_order`): its
+arguments (--shapes, --dtype, --record), the record shown where there is no GPU, every config compiled at once
+before anything is timed, a row per shape, and the rows recorded."""
 
 from __future__ import annotations
 

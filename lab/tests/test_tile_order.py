@@ -1,26 +1,35 @@
 """lab.tile_order without a GPU: the configs it times are the named ones with only GROUP_M changed, and its
-lines say each config's time against torch.matmul's."""
+lines say each config's time against torch.matmul's, from the record."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from deepgemm import heuristic
 from deepgemm.plan import DEFAULTS, kernel_defines
-from lab import tile_order
+from lab import cli, tile_order
 
 
 def test_a_group_m_changes_only_the_group_m_define():
-    base = heuristic.config_from_name("n128 c1 s1 st6")
-    changed = replace(base, extra={**base.extra, "GROUP_M": 1})
-    before, after = kernel_defines(base), kernel_defines(changed)
-    assert before.get("GROUP_M", DEFAULTS.value("GROUP_M")) == 16 and after["GROUP_M"] == 1
-    assert {k: v for k, v in before.items() if k != "GROUP_M"} == {k: v for k, v in after.items() if k != "GROUP_M"}
+    for name in tile_order.CONFIGS:
+        shipped = kernel_defines(tile_order.heuristic.config_from_name(name))
+        for group_m in tile_order.GROUP_MS:
+            changed = kernel_defines(tile_order.with_group_m(name, group_m))
+            assert changed["GROUP_M"] == group_m and shipped.get("GROUP_M", DEFAULTS.value("GROUP_M")) == 16
+            assert {k: v for k, v in shipped.items() if k != "GROUP_M"} == {
+                k: v for k, v in changed.items() if k != "GROUP_M"}  # fmt: skip
+    assert len(tile_order.configs_at((512, 4096, 4096), 0)) == len(tile_order.CONFIGS) * len(tile_order.GROUP_MS)
 
 
 def test_lines_give_the_ratio_to_torch_and_name_a_failure():
-    row = {"dtype": "fp16", "m": 512, "n": 4096, "k": 4096, "config": "n128 c1 s1 st6", "group_m": 1,
-           "passed": True, "us": 25.0, "torch_us": 30.0}  # fmt: skip
-    assert tile_order.lines([row]) == ["fp16 512x4096x4096 n128 c1 s1 st6           GROUP_M  1:   25.00 us, "
-                                       "torch   30.00 (x 1.200)"]  # fmt: skip
-    assert tile_order.lines([{**row, "passed": False, "us": None}])[0].endswith("GROUP_M  1: FAILED")
+    row = {"dtype": "fp16", "m": 512, "n": 4096, "k": 4096, "torch_us": 30.0,
+           "candidates": [{"name": "n128 c1 s1 st6", "group_m": 1, "passed": True, "us": 25.0},
+                          {"name": "n128 c1 s1 st6", "group_m": 2, "passed": False, "us": None}]}  # fmt: skip
+    assert tile_order.lines([row]) == [
+        "fp16 512x4096x4096 n128 c1 s1 st6           GROUP_M  1:   25.00 us, torch   30.00 (x 1.200)",
+        "fp16 512x4096x4096 n128 c1 s1 st6           GROUP_M  2: FAILED",
+    ]
+
+
+def test_the_record_shows_without_a_gpu(capsys):
+    assert tile_order.main([]) == 0 and cli.main(["show", "tile_order"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("GROUP_M") == 2 * len(tile_order.CONFIGS) * len(tile_order.GROUP_MS)
+    assert "n128 c1 s1 st6           GROUP_M  1:   26.86 us" in shown
