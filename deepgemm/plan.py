@@ -73,6 +73,7 @@ DEFAULTS = GemmConfig(
         "CLUSTER_N": 1,
         "SPLIT_K": 1,
         "STREAM_K": 0,
+        "DYNAMIC_UNITS": 0,
         "SWAP_AB": 0,
         "PDL": 0,
         "SHAPE_JIT": 0,
@@ -140,6 +141,10 @@ def check_config(cfg: GemmConfig) -> None:
     if split > 1 and cfg.value("STREAM_K"):
         raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
                          "the other, not both")  # fmt: skip
+    require_in(cfg, "DYNAMIC_UNITS", (0, 1), "1 takes split-K's units from a counter")
+    if cfg.value("DYNAMIC_UNITS") and (split == 1 or cluster_m * cluster_n > 1):
+        raise ValueError(f"DYNAMIC_UNITS = 1 takes split-K's units one CTA at a time: it needs SPLIT_K > 1 (not "
+                         f"{split}) and no cluster (not {cluster_m} x {cluster_n})")  # fmt: skip
 
 
 def check_split(split: int, k: int, block_k: int) -> None:
@@ -153,13 +158,15 @@ def cut_scratch(cfg: GemmConfig, schedule: tuple[int, int]) -> tuple[int, int]:
     """[6] The fp32 partials and the counters a launch that cuts `schedule` = (sk_tiles, sk_workers) cluster
     tiles along K needs: a slot of one cluster tile (CLUSTER_M x CLUSTER_N CTA tiles of BLOCK_M x BLOCK_N)
     for every part, sk_workers + sk_tiles slots (the kernel's slot is worker + cut tile), and a counter per
-    16-row strip of every cut tile; (0, 0) where no tile is cut."""
+    16-row strip of every cut tile, then [12] the counter dynamic units are taken from; (0, 0) where no tile
+    is cut."""
     sk_tiles, workers = schedule
     if not sk_tiles:
         return 0, 0
     cta_tiles = cfg.value("CLUSTER_M") * cfg.value("CLUSTER_N")
     tile_floats = cta_tiles * cfg.value("BLOCK_M") * cfg.value("BLOCK_N")
-    return (workers + sk_tiles) * tile_floats, sk_tiles * cta_tiles * cfg.value("BLOCK_M") // STRIP_ROWS
+    strips = sk_tiles * cta_tiles * cfg.value("BLOCK_M") // STRIP_ROWS
+    return (workers + sk_tiles) * tile_floats, strips + cfg.value("DYNAMIC_UNITS")
 
 
 def chosen_config(problem: Problem, device: int, config: GemmConfig | None = None) -> tuple[GemmConfig, str]:
@@ -414,7 +421,8 @@ def persistent_grid(
     (`model.stream_k_schedule` / `split_k_schedule`; (0, 0): every tile whole). Slots: as many whole
     clusters as fit on the GPU at once (one CTA per SM without clusters). Stream-K runs a worker on every
     slot; otherwise only as many as finish the work units (cluster tiles times split-K's slices) in as
-    many rounds, so that every round is full (`balanced_workers`)."""
+    many rounds, so that every round is full (`balanced_workers`); [12] with dynamic units, as many as there are
+    units or slots, whichever is fewer (each takes units until none is left)."""
     cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
     size = cluster_m * cluster_n
     tiles = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n)
@@ -429,6 +437,8 @@ def persistent_grid(
     schedule = split_k_schedule(tiles, cfg.value("SPLIT_K"))
     check_cut(schedule, k_tiles)
     units = schedule[1] or tiles
+    if cfg.value("DYNAMIC_UNITS"):
+        return min(units, slots) * size, schedule
     return balanced_workers(units, slots) * size, schedule
 
 
@@ -450,6 +460,8 @@ def kernel_defines(cfg: GemmConfig) -> dict[str, int]:
     """The config's defines as the kernel takes them: SPLIT_K and STREAM_K are the plan's schedule (host
     only), so every config that cuts tiles compiles to one kernel, PARTIAL_TILES 1."""
     defines = {name: value for name, value in cfg.defines().items() if name not in HOST_ONLY_KNOBS}
+    if not defines.get("DYNAMIC_UNITS"):  # the kernel's default: builds without it keep their defines and cache
+        defines.pop("DYNAMIC_UNITS", None)
     cuts = cfg.extra.get("SPLIT_K", 1) > 1 or cfg.extra.get("STREAM_K", 0) > 0
     return {**defines, "PARTIAL_TILES": int(cuts)}
 
