@@ -141,10 +141,11 @@ def check_config(cfg: GemmConfig) -> None:
     if split > 1 and cfg.value("STREAM_K"):
         raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
                          "the other, not both")  # fmt: skip
-    require_in(cfg, "DYNAMIC_UNITS", (0, 1), "1 takes split-K's units from a counter")
-    if cfg.value("DYNAMIC_UNITS") and (split == 1 or cluster_m * cluster_n > 1):
-        raise ValueError(f"DYNAMIC_UNITS = 1 takes split-K's units one CTA at a time: it needs SPLIT_K > 1 (not "
-                         f"{split}) and no cluster (not {cluster_m} x {cluster_n})")  # fmt: skip
+    require_in(cfg, "DYNAMIC_UNITS", (0, 1), "1 takes the units of work (tiles, split-K's slices) from a counter")
+    if cfg.value("DYNAMIC_UNITS") and (cfg.value("STREAM_K") or cluster_m * cluster_n > 1):
+        raise ValueError(f"DYNAMIC_UNITS = 1 deals whole tiles or split-K's slices one CTA at a time: not with "
+                         f"STREAM_K = {cfg.value('STREAM_K')} (equal runs for every SM) or a cluster of "
+                         f"{cluster_m} x {cluster_n}")  # fmt: skip
 
 
 def check_split(split: int, k: int, block_k: int) -> None:
@@ -159,10 +160,10 @@ def cut_scratch(cfg: GemmConfig, schedule: tuple[int, int]) -> tuple[int, int]:
     tiles along K needs: a slot of one cluster tile (CLUSTER_M x CLUSTER_N CTA tiles of BLOCK_M x BLOCK_N)
     for every part, sk_workers + sk_tiles slots (the kernel's slot is worker + cut tile), and a counter per
     16-row strip of every cut tile, then [12] the counter dynamic units are taken from; (0, 0) where no tile
-    is cut."""
+    is cut and units are dealt statically."""
     sk_tiles, workers = schedule
     if not sk_tiles:
-        return 0, 0
+        return 0, cfg.value("DYNAMIC_UNITS")
     cta_tiles = cfg.value("CLUSTER_M") * cfg.value("CLUSTER_N")
     tile_floats = cta_tiles * cfg.value("BLOCK_M") * cfg.value("BLOCK_N")
     strips = sk_tiles * cta_tiles * cfg.value("BLOCK_M") // STRIP_ROWS
@@ -225,7 +226,7 @@ class Plan:
         values = {"out": fw.pointer(result), "alpha": alpha, "bias": 0 if bias is None else fw.pointer(bias)}
         stream = fw.stream(self.device)
         captured = None
-        if self.scratch[0]:  # without a cut tile the buffer keeps its null pointers: nothing to write
+        if self.scratch[1]:  # without counters the buffer keeps its null pointers: nothing to write
             if fw.capturing(self.device):  # a graph gets a pair of its own, zeroed by a node of that graph
                 captured = capture_scratch(fw, self.scratch, a)
                 values["partials"], values["counters"] = fw.pointer(captured[0]), fw.pointer(captured[1])
@@ -395,7 +396,7 @@ def _build(
     parameters = kernel_parameters(facts.store_box is None)
     raw = RawLaunch(function, grid, facts.threads, facts.smem_bytes, [values[name] for name, _ in parameters],
                     programmatic=cfg.value("PDL") == 1)  # fmt: skip
-    slots = call_slots(facts.store_box is None, schedule[0] > 0)
+    slots = call_slots(facts.store_box is None, cut_scratch(cfg, schedule)[1] > 0)
     return Plan(
         framework=framework,
         device=device,
@@ -525,7 +526,8 @@ def split_k_scratch_pointers(device: int, stream: int, need: tuple[int, int], me
             words = (need[0], need[1]) if held is None else (max(need[0], held.partials_words),
                                                              max(need[1], held.counters_words))  # fmt: skip
             memory = memory or StreamMemory(device)
-            partials, counters = memory.allocate(4 * words[0], stream), memory.allocate(4 * words[1], stream)
+            # [12] whole tiles taken dynamically need a counter and no partials: no allocation is of 0 bytes
+            partials, counters = memory.allocate(4 * max(1, words[0]), stream), memory.allocate(4 * words[1], stream)
             memory.zero(counters, words[1], stream)  # all-zero bits: unsigned 0 in the kernel
             if held is not None:
                 memory.free(held.partials, stream)

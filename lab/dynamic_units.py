@@ -3,10 +3,10 @@
 At 1 x 28672 x 4096 the table's tile (swapped 256 x 8, 112 CTAs streaming 2 MB of the weight each) ends with
 CTAs finishing 47 to 56 us after the start (kernel_probe_stamps.json): DRAM does not share its bandwidth
 evenly, and the static order leaves the slow ones a tail to stream alone. With DYNAMIC_UNITS every slot takes
-split-K's units (a tile's run of k-tiles) from a counter until none is left, so a fast CTA takes more. Each
-shape runs its table entry, then swapped tiles of 64, 128 and 256 rows with its token width, split SPLITS ways,
-with dynamic units and (as the control) without; each verified, timed queued as autotune times, then every
-config in CUDA graphs alternated with torch.matmul's (`tutorial.autotune.time_in_graphs`).
+units (whole tiles, or split-K's runs of k-tiles) from a counter until none is left, so a fast CTA takes more.
+Each shape runs its table entry, then swapped tiles of 64, 128 and 256 rows with its token width, whole or
+split SPLITS ways, with dynamic units and (as the control) without; each verified, timed queued as autotune
+times, then every config in CUDA graphs alternated with torch.matmul's (`tutorial.autotune.time_in_graphs`).
 
     python -m lab.dynamic_units --shapes 1x28672x4096 --record
 """
@@ -22,10 +22,12 @@ from tutorial.autotune import TUNED_LAYOUT, incumbent_of, time_config, time_in_g
 from tutorial.bench import Workload
 from tutorial.runner import Shape
 
-SPLITS = (2, 4, 8)
+SPLITS = (1, 2, 4, 8)
 BLOCK_MS = (64, 128, 256)
 ROUNDS = 3  # queued timings per config, the median kept
-DEFAULT_SHAPES = "1x28672x4096,8x28672x4096,32x28672x4096,1x4096x14336,1x7168x16384,1x2112x7168,16x6144x4096"
+DEFAULT_SHAPES = (
+    "1x28672x4096,8x28672x4096,16x28672x4096,32x28672x4096,1x4096x14336,1x7168x16384,1x2112x7168,16x6144x4096"
+)
 
 
 def entry_of(shape: Shape) -> GemmConfig:

@@ -109,9 +109,10 @@ def _config(**knobs) -> GemmConfig:
         ({"STREAM_K": 3}, r"STREAM_K = 3 must be one of \(0, 1, 2\)"),
         ({"STREAM_K": 1, "SPLIT_K": 2}, "SPLIT_K = 2 and STREAM_K = 1: the tiles are cut one way or the other"),
         ({"DYNAMIC_UNITS": 2}, r"DYNAMIC_UNITS = 2 must be one of \(0, 1\)"),
-        ({"DYNAMIC_UNITS": 1, "CLUSTER_M": 1}, r"it needs SPLIT_K > 1 \(not 1\) and no cluster"),
-        ({"DYNAMIC_UNITS": 1, "SPLIT_K": 2}, r"and no cluster \(not 2 x 1\)"),
+        ({"DYNAMIC_UNITS": 1, "CLUSTER_M": 1, "STREAM_K": 1}, r"not with STREAM_K = 1 \(equal runs for every SM\)"),
+        ({"DYNAMIC_UNITS": 1, "SPLIT_K": 2}, r"or a cluster of 2 x 1"),
         ({"DYNAMIC_UNITS": 1, "SPLIT_K": 2, "CLUSTER_M": 1}, None),
+        ({"DYNAMIC_UNITS": 1, "CLUSTER_M": 1}, None),
     ],
 )
 def test_a_config_the_kernel_cannot_run_is_named_by_its_knob(knobs, message):
@@ -148,6 +149,7 @@ def test_cut_scratch_holds_a_slot_per_part_and_a_counter_per_strip_of_every_cut_
     assert cut_scratch(swapped, (10, 132)) == (142 * 4 * 64 * 16, 10 * 4 * 64 // 16)
     dynamic = _config(block_m=256, block_n=8, SWAP_AB=1, CLUSTER_M=1, SPLIT_K=4, DYNAMIC_UNITS=1)
     assert cut_scratch(dynamic, (112, 448)) == (560 * 256 * 8, 112 * 256 // 16 + 1)  # [12] and the units' counter
+    assert cut_scratch(_config(CLUSTER_M=1, DYNAMIC_UNITS=1), (0, 0)) == (0, 1)  # [12] whole tiles: the counter
 
 
 def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
@@ -184,6 +186,8 @@ def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
         ({"SPLIT_K": 4, "CLUSTER_M": 1, "SWAP_AB": 1, "block_m": 256, "block_n": 8}, (28672, 1, 4096),
          (112, (112, 448))),
         ({"SPLIT_K": 2, "CLUSTER_M": 1, "DYNAMIC_UNITS": 1}, (256, 2048, 4096), (32, (16, 32))),
+        ({"CLUSTER_M": 1, "SWAP_AB": 1, "block_m": 64, "block_n": 8, "DYNAMIC_UNITS": 1}, (28672, 1, 4096),
+         (132, (0, 0))),
     ],
 )
 def test_the_grid_and_the_schedule_of_cut_tiles(monkeypatch, knobs, shape, expected):

@@ -27,9 +27,9 @@
 //       before it in the stream, where the plan launches with the attribute.
 //  [11] the per-shape JIT (FIXED_M, FIXED_N, FIXED_K): the weight's dimensions compiled in, so that tile
 //       counts, the scheduler's divisions and the k-loop's bounds are constants; the tokens stay a parameter.
-//  [12] dynamic units (DYNAMIC_UNITS 1, with split-K, no cluster): after its first, each CTA takes its next
-//       unit of work from a counter, so that a CTA that streams faster takes more and none is left with
-//       a long tail; a tile's parts are still summed in a fixed order, so the result is the same run to run.
+//  [12] dynamic units (DYNAMIC_UNITS 1, no cluster): after its first, each CTA takes its next unit of work
+//       (a tile, or a slice of one under split-K) from a counter, so that a CTA that streams faster takes
+//       more and none is left with a long tail; a tile's parts are still summed in a fixed order.
 // v5's ablation switch (WGMMA_IN_FLIGHT), its ablation diff and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
@@ -133,7 +133,7 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #define CLUSTER_N 1    // [9] CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
 #ifndef DYNAMIC_UNITS
-#define DYNAMIC_UNITS 0  // [12] 1: units after the first taken from a counter (needs PARTIAL_TILES, no cluster)
+#define DYNAMIC_UNITS 0  // [12] 1: units after the first taken from a counter (no cluster)
 #endif
 #ifndef FIXED_M
 #define FIXED_M 0      // [11] the kernel's M' (swapped: the weight's N), compiled in; 0: the parameter M
@@ -206,8 +206,8 @@ static_assert(M_WGMMAS * BLOCK_N <= 256,
               "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
               && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
-static_assert(!DYNAMIC_UNITS || (PARTIAL_TILES && CLUSTER_SIZE == 1),
-              "[12] dynamic units are split-K's, taken by single CTAs (a cluster would have to agree on each)");
+static_assert(!DYNAMIC_UNITS || CLUSTER_SIZE == 1,
+              "[12] dynamic units are taken by single CTAs (a cluster would have to agree on each)");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N % (SWAP_AB ? 8 : 16) == 0 && BLOCK_N <= 256,
@@ -685,15 +685,16 @@ __device__ __forceinline__ Segment segment_at(const Schedule& s, int i, int end)
 }
 
 #if DYNAMIC_UNITS
-// [12] Dynamic units. A CTA's first unit is its index, as in the static order; each next one the producer
-// thread takes from a counter in global memory when it has issued the last load of the one before, so a CTA
-// that streams faster takes more units and all finish within about one unit of each other. (The static order
-// gives every CTA the same number of units, and DRAM does not share its bandwidth evenly: at 1 x 28672 x 4096,
-// 112 CTAs streaming 2 MB each finished between 47 and 56 us.) The producer hands each unit to the consumer
-// warps through a ring of UNIT_SLOTS shared words, each with a full and an empty barrier, as the stages hand
-// over k-tiles. Each of the `first` CTAs (grid <= units) makes exactly one fetch past the last unit, so a
-// launch fetches units - first + first = `units` times, and the fetch that returns units - 1 is its last:
-// that thread puts the counter back to 0 for the next launch, which fetches only after this one has ended.
+// [12] Dynamic units (whole tiles, or split-K's runs). A CTA's first unit is its index, as in the static
+// order; each next one the producer thread takes from a counter in global memory when it has issued the last
+// load of the one before, so a CTA that streams faster takes more units and all finish within about one unit
+// of each other. (The static order gives every CTA the same number of units, and DRAM does not share its
+// bandwidth evenly: at 1 x 28672 x 4096, 112 CTAs streaming 2 MB each finished between 47 and 56 us.) The
+// producer hands each unit to the consumer warps through a ring of UNIT_SLOTS shared words, each with a full
+// and an empty barrier, as the stages hand over k-tiles. Each of the `first` CTAs (grid <= units) makes
+// exactly one fetch past the last unit, so a launch fetches units - first + first = `units` times, and the
+// fetch that returns units - 1 is its last: that thread puts the counter back to 0 for the next launch,
+// which fetches only after this one has ended.
 constexpr int UNIT_SLOTS = 4;
 struct UnitQueue {
     unsigned* counter;
@@ -989,7 +990,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     int stage = 0;
     unsigned phase = 0;
 #if DYNAMIC_UNITS
-    // [12] The counter follows the cut tiles' strip counters.
+    // [12] The counter follows the cut tiles' strip counters (it is the first where no tile is cut).
     UnitQueue units = {counters + sk_tiles * STRIPS_PER_TILE, unit_slot, smem_addr(&unit_full[0]),
                        smem_addr(&unit_empty[0]), num_clusters, sched.units(), warpgroup == 0,
                        (int)threadIdx.x % 32, 0, 0u};
