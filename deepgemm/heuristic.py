@@ -206,7 +206,6 @@ class Tiling(NamedTuple):
     split_k: int = 1
     stream_k: int = 0
     swap_ab: bool = False
-    dynamic: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,11 +222,10 @@ class Choice:
     cluster_n: int = 1
     stream_k: int = 0
     pdl: bool = False
-    dynamic: bool = False
 
     def tiling(self) -> Tiling:
         return Tiling(self.block_m, self.block_n, self.cluster_m, self.cluster_n, self.split_k, self.stream_k,
-                      self.swap_ab, self.dynamic)  # fmt: skip
+                      self.swap_ab)  # fmt: skip
 
     def config(self) -> GemmConfig:
         extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n, "SPLIT_K": self.split_k}
@@ -237,8 +235,6 @@ class Choice:
             extra["SWAP_AB"] = 1
         if self.pdl:
             extra["PDL"] = 1
-        if self.dynamic:
-            extra["DYNAMIC_UNITS"] = 1
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
@@ -249,25 +245,23 @@ def tiling_of(cfg: GemmConfig) -> Tiling:
     """A config's knobs as the model reads them; a knob left out is the kernel's default of one."""
     extra = cfg.extra
     return Tiling(cfg.block_m or MAX_BLOCK_M, cfg.block_n, extra.get("CLUSTER_M", 1), extra.get("CLUSTER_N", 1),
-                  extra.get("SPLIT_K", 1), extra.get("STREAM_K", 0), bool(extra.get("SWAP_AB", 0)),
-                  bool(extra.get("DYNAMIC_UNITS", 0)))  # fmt: skip
+                  extra.get("SPLIT_K", 1), extra.get("STREAM_K", 0), bool(extra.get("SWAP_AB", 0)))  # fmt: skip
 
 
 def config_name(cfg: GemmConfig) -> str:
-    """A config as a short label: '[swap ][m64 |m256 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}]
-    s{SPLIT_K}[ dyn]|sk{STREAM_K} st{NUM_STAGES}[ pdl][ jit]', e.g. 'n256 c2 s1 st4', 'swap n200 c1x4 sk1 st8'
-    or 'swap m64 n8 c1 s2 dyn st16' (CLUSTER_N only when above one; dyn: split-K's units taken from a counter)."""
+    """A config as a short label: '[swap ][m64 |m256 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}] s{SPLIT_K}|sk{STREAM_K}
+    st{NUM_STAGES}', e.g. 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8' (CLUSTER_N only when above one)."""
     t = tiling_of(cfg)
     front = ("swap " if t.swap_ab else "") + (f"m{t.block_m} " if t.block_m in NAMED_BLOCK_MS else "")
     cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "")
-    schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}" + (" dyn" if t.dynamic else "")
+    schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
     pdl = " pdl" if cfg.extra.get("PDL") else ""  # launched with programmatic dependent launch
     jit = " jit" if cfg.extra.get("SHAPE_JIT") else ""  # the weight's N and K compiled in
     return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pdl}{jit}"
 
 
 NAMED_BLOCK_MS = (64, WIDE_BLOCK_M)  # the sm_90a kernel's BLOCK_M other than 128, named in a label
-NAME = re.compile(r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)( dyn)?|sk(\d+)) st(\d+)( pdl)?( jit)?")
+NAME = re.compile(r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?( jit)?")
 
 
 def config_from_name(name: str) -> GemmConfig:
@@ -275,12 +269,11 @@ def config_from_name(name: str) -> GemmConfig:
     found = NAME.fullmatch(name)
     if found is None:
         raise ValueError(f"{name!r} is not a config name such as 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8'")
-    swap, block_m, block_n, cluster_m, cluster_n, split, dynamic, stream, stages, pdl, jit = found.groups()
+    swap, block_m, block_n, cluster_m, cluster_n, split, stream, stages, pdl, jit = found.groups()
     return config_from_fields({
         "block_m": int(block_m or MAX_BLOCK_M), "block_n": int(block_n), "num_stages": int(stages),
         "CLUSTER_M": int(cluster_m), "CLUSTER_N": int(cluster_n or 1), "SPLIT_K": int(split or 1),
         "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)), "PDL": int(bool(pdl)), "SHAPE_JIT": int(bool(jit)),
-        "DYNAMIC_UNITS": int(bool(dynamic)),
     })  # fmt: skip
 
 
@@ -372,8 +365,7 @@ def schedule(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Schedule:
         return Schedule(tiles, free, whole + shared, 1, ceil_div(sk_workers, sk_tiles) + 1)
     units = tiles * t.split_k
     rounds, cut = ceil_div(units, free), int(t.split_k > 1)
-    # `balanced_workers`: as few as take the same rounds; [12] dynamic units: every slot takes units till none is left
-    workers = min(units, free) if t.dynamic else ceil_div(units, rounds)
+    workers = ceil_div(units, rounds)  # `balanced_workers`: as few as take the same rounds
     return Schedule(tiles, workers, rounds * ceil_div(k_tiles, t.split_k), rounds * cut, t.split_k * cut)
 
 
@@ -583,8 +575,7 @@ def candidates(
 def priced(t: Tiling, estimate: float) -> Choice:
     """A tiling with as many stages as fit, and its estimate."""
     stages = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n)
-    return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k,
-                  dynamic=t.dynamic)
+    return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k)
 
 
 def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[float]]:
@@ -657,13 +648,12 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
         "SWAP_AB": int(t.swap_ab),
         "PDL": int(cfg.extra.get("PDL", 0)),
         **({"SHAPE_JIT": 1} if cfg.extra.get("SHAPE_JIT") else {}),  # [11] only where set: older rows read alike
-        **({"DYNAMIC_UNITS": 1} if t.dynamic else {}),  # [12] likewise
     }
 
 
 def config_from_fields(fields: dict[str, int]) -> GemmConfig:
-    """A table's fields as a config (STREAM_K, SWAP_AB, PDL, SHAPE_JIT and DYNAMIC_UNITS only where set, so
-    tables written before them read as they were)."""
+    """A table's fields as a config (STREAM_K, SWAP_AB, PDL and SHAPE_JIT only where set, so tables written
+    before them read as they were)."""
     extra = {name: int(fields.get(name, 1)) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
     if fields.get("STREAM_K"):
         extra["STREAM_K"] = int(fields["STREAM_K"])
@@ -673,8 +663,6 @@ def config_from_fields(fields: dict[str, int]) -> GemmConfig:
         extra["PDL"] = 1
     if fields.get("SHAPE_JIT"):
         extra["SHAPE_JIT"] = 1
-    if fields.get("DYNAMIC_UNITS"):
-        extra["DYNAMIC_UNITS"] = 1
     block_m = int(fields.get("block_m", 128))
     return GemmConfig(
         block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra

@@ -73,7 +73,6 @@ DEFAULTS = GemmConfig(
         "CLUSTER_N": 1,
         "SPLIT_K": 1,
         "STREAM_K": 0,
-        "DYNAMIC_UNITS": 0,
         "SWAP_AB": 0,
         "PDL": 0,
         "SHAPE_JIT": 0,
@@ -141,11 +140,6 @@ def check_config(cfg: GemmConfig) -> None:
     if split > 1 and cfg.value("STREAM_K"):
         raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
                          "the other, not both")  # fmt: skip
-    require_in(cfg, "DYNAMIC_UNITS", (0, 1), "1 takes the units of work (tiles, split-K's slices) from a counter")
-    if cfg.value("DYNAMIC_UNITS") and (cfg.value("STREAM_K") or cluster_m * cluster_n > 1):
-        raise ValueError(f"DYNAMIC_UNITS = 1 deals whole tiles or split-K's slices one CTA at a time: not with "
-                         f"STREAM_K = {cfg.value('STREAM_K')} (equal runs for every SM) or a cluster of "
-                         f"{cluster_m} x {cluster_n}")  # fmt: skip
 
 
 def check_split(split: int, k: int, block_k: int) -> None:
@@ -159,15 +153,13 @@ def cut_scratch(cfg: GemmConfig, schedule: tuple[int, int]) -> tuple[int, int]:
     """[6] The fp32 partials and the counters a launch that cuts `schedule` = (sk_tiles, sk_workers) cluster
     tiles along K needs: a slot of one cluster tile (CLUSTER_M x CLUSTER_N CTA tiles of BLOCK_M x BLOCK_N)
     for every part, sk_workers + sk_tiles slots (the kernel's slot is worker + cut tile), and a counter per
-    16-row strip of every cut tile, then [12] the counter dynamic units are taken from; (0, 0) where no tile
-    is cut and units are dealt statically."""
+    16-row strip of every cut tile; (0, 0) where no tile is cut."""
     sk_tiles, workers = schedule
     if not sk_tiles:
-        return 0, cfg.value("DYNAMIC_UNITS")
+        return 0, 0
     cta_tiles = cfg.value("CLUSTER_M") * cfg.value("CLUSTER_N")
     tile_floats = cta_tiles * cfg.value("BLOCK_M") * cfg.value("BLOCK_N")
-    strips = sk_tiles * cta_tiles * cfg.value("BLOCK_M") // STRIP_ROWS
-    return (workers + sk_tiles) * tile_floats, strips + cfg.value("DYNAMIC_UNITS")
+    return (workers + sk_tiles) * tile_floats, sk_tiles * cta_tiles * cfg.value("BLOCK_M") // STRIP_ROWS
 
 
 def chosen_config(problem: Problem, device: int, config: GemmConfig | None = None) -> tuple[GemmConfig, str]:
@@ -226,7 +218,7 @@ class Plan:
         values = {"out": fw.pointer(result), "alpha": alpha, "bias": 0 if bias is None else fw.pointer(bias)}
         stream = fw.stream(self.device)
         captured = None
-        if self.scratch[1]:  # without counters the buffer keeps its null pointers: nothing to write
+        if self.scratch[0]:  # without a cut tile the buffer keeps its null pointers: nothing to write
             if fw.capturing(self.device):  # a graph gets a pair of its own, zeroed by a node of that graph
                 captured = capture_scratch(fw, self.scratch, a)
                 values["partials"], values["counters"] = fw.pointer(captured[0]), fw.pointer(captured[1])
@@ -396,7 +388,7 @@ def _build(
     parameters = kernel_parameters(facts.store_box is None)
     raw = RawLaunch(function, grid, facts.threads, facts.smem_bytes, [values[name] for name, _ in parameters],
                     programmatic=cfg.value("PDL") == 1)  # fmt: skip
-    slots = call_slots(facts.store_box is None, cut_scratch(cfg, schedule)[1] > 0)
+    slots = call_slots(facts.store_box is None, schedule[0] > 0)
     return Plan(
         framework=framework,
         device=device,
@@ -422,8 +414,7 @@ def persistent_grid(
     (`model.stream_k_schedule` / `split_k_schedule`; (0, 0): every tile whole). Slots: as many whole
     clusters as fit on the GPU at once (one CTA per SM without clusters). Stream-K runs a worker on every
     slot; otherwise only as many as finish the work units (cluster tiles times split-K's slices) in as
-    many rounds, so that every round is full (`balanced_workers`); [12] with dynamic units, as many as there are
-    units or slots, whichever is fewer (each takes units until none is left)."""
+    many rounds, so that every round is full (`balanced_workers`)."""
     cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
     size = cluster_m * cluster_n
     tiles = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n)
@@ -438,8 +429,6 @@ def persistent_grid(
     schedule = split_k_schedule(tiles, cfg.value("SPLIT_K"))
     check_cut(schedule, k_tiles)
     units = schedule[1] or tiles
-    if cfg.value("DYNAMIC_UNITS"):
-        return min(units, slots) * size, schedule
     return balanced_workers(units, slots) * size, schedule
 
 
@@ -461,8 +450,6 @@ def kernel_defines(cfg: GemmConfig) -> dict[str, int]:
     """The config's defines as the kernel takes them: SPLIT_K and STREAM_K are the plan's schedule (host
     only), so every config that cuts tiles compiles to one kernel, PARTIAL_TILES 1."""
     defines = {name: value for name, value in cfg.defines().items() if name not in HOST_ONLY_KNOBS}
-    if not defines.get("DYNAMIC_UNITS"):  # the kernel's default: builds without it keep their defines and cache
-        defines.pop("DYNAMIC_UNITS", None)
     cuts = cfg.extra.get("SPLIT_K", 1) > 1 or cfg.extra.get("STREAM_K", 0) > 0
     return {**defines, "PARTIAL_TILES": int(cuts)}
 
@@ -526,8 +513,7 @@ def split_k_scratch_pointers(device: int, stream: int, need: tuple[int, int], me
             words = (need[0], need[1]) if held is None else (max(need[0], held.partials_words),
                                                              max(need[1], held.counters_words))  # fmt: skip
             memory = memory or StreamMemory(device)
-            # [12] whole tiles taken dynamically need a counter and no partials: no allocation is of 0 bytes
-            partials, counters = memory.allocate(4 * max(1, words[0]), stream), memory.allocate(4 * words[1], stream)
+            partials, counters = memory.allocate(4 * words[0], stream), memory.allocate(4 * words[1], stream)
             memory.zero(counters, words[1], stream)  # all-zero bits: unsigned 0 in the kernel
             if held is not None:
                 memory.free(held.partials, stream)

@@ -47,6 +47,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
     "tile_order": "python -m lab.tile_order --record",
+    "dynamic_units": "python -m lab.dynamic_units --record at commit 4f7b117, whose library kernel took its units "
+    f"from a counter (DYNAMIC_UNITS); it never ran faster, and was taken out; {GONE} (notes/streaming_tail.md)",
     "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
     "kernel_probe_read_wait --record (the record's provenance has the shapes)",
     "kernel_probe_swap_tma_read_wait": "python -m lab.kernel_probe --variants swap_tma,swap_tma_read_wait --shapes S "

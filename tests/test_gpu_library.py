@@ -506,50 +506,6 @@ def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_str
         assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K differs across streams"
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_library_dynamic_units_match_reference_and_repeat_bit_for_bit_on_every_stream(dtype):
-    """[12] Units (whole tiles, or split-K's runs) taken from a counter: swapped and plain, 64-, 128- and 256-row
-    tiles, more units than SMs (so CTAs come back for more) and fewer, odd M, N and K tails, MN-major b; then
-    a plan of each kind launched again (each launch must find the counter put back to 0: a counter left over
-    would leave units unrun), with PDL back to back, and on four streams, every result bit-identical to the
-    first."""
-    import cupy
-
-    from deepgemm.config import GemmConfig
-    from deepgemm.dtypes import input_dtype
-    from tutorial.check import random_problem, reference, verify
-
-    launcher = stage_or_skip(LIBRARY)
-    dynamic = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": 1, "SPLIT_K": s, "SWAP_AB": swap,
-                                                         "DYNAMIC_UNITS": 1})
-               for bm, bn, s, swap in ((64, 8, 4, 1), (64, 8, 1, 1), (128, 16, 2, 1), (256, 8, 3, 1),
-                                       (128, 128, 3, 0), (64, 64, 8, 0), (128, 64, 1, 0))]  # fmt: skip
-    shapes = ((1, 4096, 4096), (7, 5000, 1000), (33, 2112, 7168), (200, 3000, 520))
-    failures = _failures_over(launcher, dynamic, shapes, dtype, seed=4500, layouts=("k", "mn"))
-    assert not failures, "\n".join(failures)
-    a, b = random_problem(9, 7000, 2056, input_dtype(dtype), seed=45)
-    for config in dynamic[:2]:  # split-K's runs, then whole tiles
-        launch = launcher.plan(a, b, config=config)
-        assert verify(launch, reference(a, b), launch.out).passed
-        first = launch().copy()
-        for _ in range(5):
-            assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), f"{config} differs run to run"
-        pdl = GemmConfig(block_m=64, block_n=8, extra={**config.extra, "PDL": 1})
-        outs = [cupy.empty_like(first) for _ in range(20)]
-        for out in outs:  # queued back to back: each prologue overlaps the launch before
-            launcher.plan(a, b, out, config=pdl)()
-        assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), pdl
-        streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
-        outs = [cupy.empty_like(first) for _ in streams]
-        for stream, out in zip(streams, outs):
-            with stream:
-                for _ in range(3):
-                    launcher.plan(a, b, out, config=config)()
-        for stream, out in zip(streams, outs):
-            stream.synchronize()
-            assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), f"{config} differs across streams"
-
-
 def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrote():
     """[10] With PDL a launch may start before the one before it in the stream ends; griddepcontrol.wait
     holds it until that kernel's writes are visible. A chain in which each product is the next one's A (and

@@ -353,33 +353,6 @@ def test_library_builds_that_cut_tiles_keep_the_main_loop_and_add_the_parts_in_t
         assert code.count("Function : ") == 1, "one kernel"
 
 
-@pytest.mark.parametrize(("block_m", "block_n", "swap", "cut"),
-                         [(64, 8, 1, 1), (256, 16, 1, 1), (128, 128, 0, 1), (64, 8, 1, 0), (128, 128, 0, 0)])
-def test_library_dynamic_units_add_a_ticket_and_keep_the_main_loop(block_m, block_n, swap, cut):
-    """[12] DYNAMIC_UNITS, over whole tiles or split-K's runs: no spills, no serialised wgmma, the main loop
-    within three instructions of the static build's (uniform-register moves placed differently); the producer's
-    tickets are atomic adds beside the strips' (more ATOMG than the static build, still no sequentially
-    consistent fence); one kernel."""
-    for bf16 in (False, True):
-        knobs = {"PARTIAL_TILES": cut, "BLOCK_M": block_m, "BLOCK_N": block_n, "CLUSTER_M": 1, "SWAP_AB": swap,
-                 "NUM_STAGES": 4}  # fmt: skip
-        static, dynamic = (launcher_defines(LIBRARY, bf16, **knobs, **extra) for extra in ({}, {"DYNAMIC_UNITS": 1}))
-        _fits(compiled(LIBRARY, dynamic), knobs)
-        code = sass(LIBRARY, dynamic)
-        loops = [len(_sass_loop_around(sass(LIBRARY, d), f"HGMMA.64x{block_n}x16")) for d in (static, dynamic)]
-        assert loops[1] <= loops[0] + 3, f"{knobs}: {loops} instructions per k-tile, static and dynamic"
-        tickets = code.count("ATOMG.E.ADD.STRONG.GPU")
-        assert tickets > sass(LIBRARY, static).count("ATOMG.E.ADD.STRONG.GPU") >= cut, knobs
-        assert "MEMBAR.SC.GPU" not in code and code.count("Function : ") == 1, knobs
-
-
-@pytest.mark.parametrize("knobs", [{"PARTIAL_TILES": 0, "CLUSTER_M": 2}, {"PARTIAL_TILES": 1, "CLUSTER_N": 2}])
-def test_library_refuses_dynamic_units_in_a_cluster(knobs):
-    """[12] Each unit is one CTA's: the kernel says so where a cluster would have to agree on it."""
-    with pytest.raises(Exception, match="dynamic units are taken by single CTAs"):
-        compiled(LIBRARY, launcher_defines(LIBRARY, False, DYNAMIC_UNITS=1, **knobs))
-
-
 @pytest.mark.parametrize("stage", [V5, LIBRARY])
 def test_builds_without_split_k_have_no_atomics(stage):
     """v5 (which has no split-K) and the library's default build carry none of split-K's counting."""

@@ -108,11 +108,6 @@ def _config(**knobs) -> GemmConfig:
         ({"SPLIT_K": 1.5}, "SPLIT_K = 1.5 must be a positive number"),
         ({"STREAM_K": 3}, r"STREAM_K = 3 must be one of \(0, 1, 2\)"),
         ({"STREAM_K": 1, "SPLIT_K": 2}, "SPLIT_K = 2 and STREAM_K = 1: the tiles are cut one way or the other"),
-        ({"DYNAMIC_UNITS": 2}, r"DYNAMIC_UNITS = 2 must be one of \(0, 1\)"),
-        ({"DYNAMIC_UNITS": 1, "CLUSTER_M": 1, "STREAM_K": 1}, r"not with STREAM_K = 1 \(equal runs for every SM\)"),
-        ({"DYNAMIC_UNITS": 1, "SPLIT_K": 2}, r"or a cluster of 2 x 1"),
-        ({"DYNAMIC_UNITS": 1, "SPLIT_K": 2, "CLUSTER_M": 1}, None),
-        ({"DYNAMIC_UNITS": 1, "CLUSTER_M": 1}, None),
     ],
 )
 def test_a_config_the_kernel_cannot_run_is_named_by_its_knob(knobs, message):
@@ -147,9 +142,6 @@ def test_cut_scratch_holds_a_slot_per_part_and_a_counter_per_strip_of_every_cut_
     assert cut_scratch(cfg, (16, 48)) == ((48 + 16) * 2 * 128 * 256, 16 * 2 * 128 // 16)
     swapped = _config(block_m=64, block_n=16, SWAP_AB=1, CLUSTER_M=1, CLUSTER_N=4, STREAM_K=1)
     assert cut_scratch(swapped, (10, 132)) == (142 * 4 * 64 * 16, 10 * 4 * 64 // 16)
-    dynamic = _config(block_m=256, block_n=8, SWAP_AB=1, CLUSTER_M=1, SPLIT_K=4, DYNAMIC_UNITS=1)
-    assert cut_scratch(dynamic, (112, 448)) == (560 * 256 * 8, 112 * 256 // 16 + 1)  # [12] and the units' counter
-    assert cut_scratch(_config(CLUSTER_M=1, DYNAMIC_UNITS=1), (0, 0)) == (0, 1)  # [12] whole tiles: the counter
 
 
 def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
@@ -159,8 +151,6 @@ def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
     assert split2 == split4 == kernel_defines(_config(STREAM_K=1))
     assert split2["PARTIAL_TILES"] == 1 and "SPLIT_K" not in split2 and "STREAM_K" not in split2
     assert kernel_defines(_config())["PARTIAL_TILES"] == 0
-    assert "DYNAMIC_UNITS" not in kernel_defines(_config())  # off: the defines, and so the cache, stay as they were
-    assert kernel_defines(_config(SPLIT_K=2, CLUSTER_M=1, DYNAMIC_UNITS=1))["DYNAMIC_UNITS"] == 1
 
 
 @pytest.mark.parametrize(
@@ -179,15 +169,6 @@ def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
         ({"SPLIT_K": 3, "CLUSTER_M": 1}, (256, 2048, 4096), (48, (16, 48))),
         # A short K limits stream-K's workers: 10 tiles of 2 k-tiles, runs of at least 4: 5 workers.
         ({"STREAM_K": 1, "CLUSTER_M": 1, "block_n": 128}, (128, 1280, 128), (132, (10, 5))),
-        # [12] Dynamic units: 112 tiles of 256 x 8 split 4 ways, 448 units taken by all 132 SMs (static: 112
-        # CTAs, 4 rounds), and where the units are fewer than the SMs, one CTA each.
-        ({"SPLIT_K": 4, "CLUSTER_M": 1, "SWAP_AB": 1, "block_m": 256, "block_n": 8, "DYNAMIC_UNITS": 1},
-         (28672, 1, 4096), (132, (112, 448))),
-        ({"SPLIT_K": 4, "CLUSTER_M": 1, "SWAP_AB": 1, "block_m": 256, "block_n": 8}, (28672, 1, 4096),
-         (112, (112, 448))),
-        ({"SPLIT_K": 2, "CLUSTER_M": 1, "DYNAMIC_UNITS": 1}, (256, 2048, 4096), (32, (16, 32))),
-        ({"CLUSTER_M": 1, "SWAP_AB": 1, "block_m": 64, "block_n": 8, "DYNAMIC_UNITS": 1}, (28672, 1, 4096),
-         (132, (0, 0))),
     ],
 )
 def test_the_grid_and_the_schedule_of_cut_tiles(monkeypatch, knobs, shape, expected):

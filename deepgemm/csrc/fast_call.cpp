@@ -197,7 +197,7 @@ bool prepare(const Key& key, const at::Tensor& a, Launch& launch) {
     if (!launch.recipe) return false;
     launch.stream = current_stream(a);
     const Recipe& r = *launch.recipe;
-    if (r.partials_words == 0 && r.counters_words == 0) return true;  // no cut tile, no [12] dynamic units
+    if (r.partials_words == 0) return true;
     int capturing = 0;
     if (driver().stream_is_capturing(launch.stream, &capturing) != CUDA_SUCCESS || capturing != 0) return false;
     std::lock_guard<std::mutex> hold(scratch_lock);

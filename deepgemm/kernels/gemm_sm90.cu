@@ -27,9 +27,6 @@
 //       before it in the stream, where the plan launches with the attribute.
 //  [11] the per-shape JIT (FIXED_M, FIXED_N, FIXED_K): the weight's dimensions compiled in, so that tile
 //       counts, the scheduler's divisions and the k-loop's bounds are constants; the tokens stay a parameter.
-//  [12] dynamic units (DYNAMIC_UNITS 1, no cluster): after its first, each CTA takes its next unit of work
-//       (a tile, or a slice of one under split-K) from a counter, so that a CTA that streams faster takes
-//       more and none is left with a long tail; a tile's parts are still summed in a fixed order.
 // v5's ablation switch (WGMMA_IN_FLIGHT), its ablation diff and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
@@ -132,9 +129,6 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // [9] CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
-#ifndef DYNAMIC_UNITS
-#define DYNAMIC_UNITS 0  // [12] 1: units after the first taken from a counter (no cluster)
-#endif
 #ifndef FIXED_M
 #define FIXED_M 0      // [11] the kernel's M' (swapped: the weight's N), compiled in; 0: the parameter M
 #endif
@@ -206,8 +200,6 @@ static_assert(M_WGMMAS * BLOCK_N <= 256,
               "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
               && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
-static_assert(!DYNAMIC_UNITS || CLUSTER_SIZE == 1,
-              "[12] dynamic units are taken by single CTAs (a cluster would have to agree on each)");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N % (SWAP_AB ? 8 : 16) == 0 && BLOCK_N <= 256,
@@ -345,13 +337,6 @@ __device__ __forceinline__ void tma_load_operand(unsigned dst, const TmaDesc* ma
 __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* counter, unsigned value) {
     unsigned old;
     asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
-    return old;
-}
-
-// [12] A ticket: atomicAdd that orders nothing else (relaxed, GPU scope). Returns the old count.
-__device__ __forceinline__ unsigned atom_add_relaxed_gpu(unsigned* counter, unsigned value) {
-    unsigned old;
-    asm volatile("atom.add.relaxed.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
     return old;
 }
 
@@ -684,79 +669,27 @@ __device__ __forceinline__ Segment segment_at(const Schedule& s, int i, int end)
     return {tile, i - tile_begin, min(end - tile_begin, s.k_tiles)};
 }
 
-#if DYNAMIC_UNITS
-// [12] Dynamic units (whole tiles, or split-K's runs). A CTA's first unit is its index, as in the static
-// order; each next one the producer thread takes from a counter in global memory when it has issued the last
-// load of the one before, so a CTA that streams faster takes more units and all finish within about one unit
-// of each other. (The static order gives every CTA the same number of units, and DRAM does not share its
-// bandwidth evenly: at 1 x 28672 x 4096, 112 CTAs streaming 2 MB each finished between 47 and 56 us.) The
-// producer hands each unit to the consumer warps through a ring of UNIT_SLOTS shared words, each with a full
-// and an empty barrier, as the stages hand over k-tiles. Each of the `first` CTAs (grid <= units) makes
-// exactly one fetch past the last unit, so a launch fetches units - first + first = `units` times, and the
-// fetch that returns units - 1 is its last: that thread puts the counter back to 0 for the next launch,
-// which fetches only after this one has ended.
-constexpr int UNIT_SLOTS = 4;
-struct UnitQueue {
-    unsigned* counter;
-    int* slot;               // UNIT_SLOTS words in shared memory
-    unsigned full0, empty0;  // the slots' barriers, 8 bytes apart
-    int first, units;        // units below `first` are the CTAs' first, taken by index
-    bool producer;
-    int lane, i;
-    unsigned phase;
-    __device__ __forceinline__ int next() {
-        int u;
-        if (producer) {
-            mbarrier_wait_parity(empty0 + i * 8, phase ^ 1);  // every consumer warp has read this slot's last unit
-            const unsigned taken = atom_add_relaxed_gpu(counter, 1u);
-            if (taken == (unsigned)(units - 1)) *counter = 0u;
-            u = first + (int)taken;
-            slot[i] = u;
-            mbarrier_arrive(full0 + i * 8);  // release: the slot's word is written before the phase completes
-        } else {
-            mbarrier_wait_parity(full0 + i * 8, phase);
-            u = slot[i];
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(empty0 + i * 8);
-        }
-        if (++i == UNIT_SLOTS) { i = 0; phase ^= 1; }
-        return u;
-    }
-};
-#else
-struct UnitQueue {};
-#endif
-
-// Both roles walk this cluster's segments in the same order, unit after unit (c, c + num_clusters, ...; [12]
-// or as the producer takes them), piece after piece, so their stage/phase counters stay in step. Only what
-// the next step needs is kept (the consumers' 128 accumulators leave few registers): the unit, the end of
-// its range, the segment.
+// Both roles walk this cluster's segments in the same order, unit after unit (c, c + num_clusters, ...),
+// piece after piece, so their stage/phase counters stay in step. Only what the next step needs is kept
+// (the consumers' 128 accumulators leave few registers): the unit, the end of its range, the segment.
 struct SegmentWalk {
     Schedule s;
     int u, step, end;
     Segment seg;
-    UnitQueue& queue;
-    __device__ __forceinline__ SegmentWalk(const Schedule& sched, int first_unit, int unit_step, UnitQueue& units)
-        : s(sched), u(first_unit), step(unit_step), queue(units) { enter_unit(); }
+    __device__ __forceinline__ SegmentWalk(const Schedule& sched, int first_unit, int unit_step)
+        : s(sched), u(first_unit), step(unit_step) { enter_unit(); }
     __device__ __forceinline__ bool valid() const { return u < s.units(); }
     __device__ __forceinline__ void next() {
         const int i = seg.tile * s.k_tiles + seg.k_end;  // where this segment ended
         if (PARTIAL_TILES && i < end) {
             seg = segment_at(s, i, end);
         } else {
-            u = next_unit();
+            u += step;
             enter_unit();
         }
     }
-    __device__ __forceinline__ int next_unit() {
-#if DYNAMIC_UNITS
-        return queue.next();
-#else
-        return u + step;
-#endif
-    }
     __device__ __forceinline__ void enter_unit() {
-        for (; u < s.units(); u = next_unit()) {  // a run of no k-tiles (more workers than k-tiles) is skipped
+        for (; u < s.units(); u += step) {  // a run of no k-tiles (more workers than k-tiles) is skipped
             int i;
             unit_range(s, u, i, end);
             if (i < end) {
@@ -925,11 +858,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long full_bar[NUM_STAGES];
     __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];
-#if DYNAMIC_UNITS
-    __shared__ __align__(8) unsigned long long unit_full[UNIT_SLOTS];
-    __shared__ __align__(8) unsigned long long unit_empty[UNIT_SLOTS];
-    __shared__ int unit_slot[UNIT_SLOTS];
-#endif
     // [11] A dimension compiled in replaces its parameter (the plan passes the same value): every expression
     // of it below folds at compile time.
     if (FIXED_M) M = FIXED_M;
@@ -966,12 +894,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             mbarrier_init(smem_addr(&full_bar[s]), 1);
             mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * SENDERS);
         }
-#if DYNAMIC_UNITS
-        for (int s = 0; s < UNIT_SLOTS; ++s) {
-            mbarrier_init(smem_addr(&unit_full[s]), 1);                     // the producer thread's arrival
-            mbarrier_init(smem_addr(&unit_empty[s]), NUM_CONSUMERS * 4);  // every consumer warp's
-        }
-#endif
         fence_mbarrier_init();
     }
     // Barriers initialised before anyone waits on them or, from the other CTA, arrives or multicasts.
@@ -989,14 +911,6 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     // across tiles without ever being reset.
     int stage = 0;
     unsigned phase = 0;
-#if DYNAMIC_UNITS
-    // [12] The counter follows the cut tiles' strip counters (it is the first where no tile is cut).
-    UnitQueue units = {counters + sk_tiles * STRIPS_PER_TILE, unit_slot, smem_addr(&unit_full[0]),
-                       smem_addr(&unit_empty[0]), num_clusters, sched.units(), warpgroup == 0,
-                       (int)threadIdx.x % 32, 0, 0u};
-#else
-    UnitQueue units;
-#endif
 
     if (warpgroup == 0) {
         // ---- producer: one thread keeps up to NUM_STAGES k-tiles in flight, across tile boundaries ---
@@ -1011,7 +925,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #if !C_BY_POINTER
             prefetch_tensormap(&tma_c);
 #endif
-            for (SegmentWalk walk(sched, cluster_id, num_clusters, units); walk.valid(); walk.next()) {
+            for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {
                 const Segment& seg = walk.seg;
                 int cluster_m, cluster_n;
                 grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
@@ -1073,7 +987,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             empty_bar0[i] = CLUSTER_SIZE > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender) : smem_addr(&empty_bar[0]);
         }
 
-        for (SegmentWalk walk(sched, cluster_id, num_clusters, units); walk.valid(); walk.next()) {
+        for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {
             const Segment& seg = walk.seg;
             int cluster_m, cluster_n;
             grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
