@@ -175,6 +175,7 @@ XBAR_GBS = 12000.0  # what the crossbar carries from L2 to the SMs: every cluste
 # candidates, 3.5% -> 2.6%, worst 32.9% -> 22.2% (lab.fit_heuristic)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
+CLUSTER_SUM_US = 0.5  # [12] a tile's slices summed in the cluster's shared memory: a guess, not yet fitted
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
 # the power there, so it is the work computed that sets the time, not how it is spread over the SMs (fitted)
 LAUNCH_US = 4.7  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
@@ -206,6 +207,7 @@ class Tiling(NamedTuple):
     split_k: int = 1
     stream_k: int = 0
     swap_ab: bool = False
+    cluster_k: int = 1  # [12] CTAs of a cluster on one tile, each a slice of K, summed in shared memory
 
 
 @dataclass(frozen=True)
@@ -222,10 +224,11 @@ class Choice:
     cluster_n: int = 1
     stream_k: int = 0
     pdl: bool = False
+    cluster_k: int = 1
 
     def tiling(self) -> Tiling:
         return Tiling(self.block_m, self.block_n, self.cluster_m, self.cluster_n, self.split_k, self.stream_k,
-                      self.swap_ab)  # fmt: skip
+                      self.swap_ab, self.cluster_k)  # fmt: skip
 
     def config(self) -> GemmConfig:
         extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n, "SPLIT_K": self.split_k}
@@ -235,6 +238,8 @@ class Choice:
             extra["SWAP_AB"] = 1
         if self.pdl:
             extra["PDL"] = 1
+        if self.cluster_k > 1:
+            extra["CLUSTER_K"] = self.cluster_k
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
@@ -245,15 +250,18 @@ def tiling_of(cfg: GemmConfig) -> Tiling:
     """A config's knobs as the model reads them; a knob left out is the kernel's default of one."""
     extra = cfg.extra
     return Tiling(cfg.block_m or MAX_BLOCK_M, cfg.block_n, extra.get("CLUSTER_M", 1), extra.get("CLUSTER_N", 1),
-                  extra.get("SPLIT_K", 1), extra.get("STREAM_K", 0), bool(extra.get("SWAP_AB", 0)))  # fmt: skip
+                  extra.get("SPLIT_K", 1), extra.get("STREAM_K", 0), bool(extra.get("SWAP_AB", 0)),
+                  extra.get("CLUSTER_K", 1))  # fmt: skip
 
 
 def config_name(cfg: GemmConfig) -> str:
-    """A config as a short label: '[swap ][m64 |m256 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}] s{SPLIT_K}|sk{STREAM_K}
-    st{NUM_STAGES}', e.g. 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8' (CLUSTER_N only when above one)."""
+    """A config as a short label: '[swap ][m64 |m256 ]n{BLOCK_N} c{CLUSTER_M}[x{CLUSTER_N}][ k{CLUSTER_K}]
+    s{SPLIT_K}|sk{STREAM_K} st{NUM_STAGES}[ pdl][ jit]', e.g. 'n256 c2 s1 st4', 'swap n200 c1x4 sk1 st8' or
+    'swap m64 n8 c1 k2 s1 st16' (CLUSTER_N and CLUSTER_K only when above one)."""
     t = tiling_of(cfg)
     front = ("swap " if t.swap_ab else "") + (f"m{t.block_m} " if t.block_m in NAMED_BLOCK_MS else "")
-    cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "")
+    cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "") + (
+        f" k{t.cluster_k}" if t.cluster_k > 1 else "")
     schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
     pdl = " pdl" if cfg.extra.get("PDL") else ""  # launched with programmatic dependent launch
     jit = " jit" if cfg.extra.get("SHAPE_JIT") else ""  # the weight's N and K compiled in
@@ -261,7 +269,9 @@ def config_name(cfg: GemmConfig) -> str:
 
 
 NAMED_BLOCK_MS = (64, WIDE_BLOCK_M)  # the sm_90a kernel's BLOCK_M other than 128, named in a label
-NAME = re.compile(r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?( jit)?")
+NAME = re.compile(
+    r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))?(?: k(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?( jit)?"
+)
 
 
 def config_from_name(name: str) -> GemmConfig:
@@ -269,20 +279,38 @@ def config_from_name(name: str) -> GemmConfig:
     found = NAME.fullmatch(name)
     if found is None:
         raise ValueError(f"{name!r} is not a config name such as 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8'")
-    swap, block_m, block_n, cluster_m, cluster_n, split, stream, stages, pdl, jit = found.groups()
+    swap, block_m, block_n, cluster_m, cluster_n, cluster_k, split, stream, stages, pdl, jit = found.groups()
     return config_from_fields({
         "block_m": int(block_m or MAX_BLOCK_M), "block_n": int(block_n), "num_stages": int(stages),
         "CLUSTER_M": int(cluster_m), "CLUSTER_N": int(cluster_n or 1), "SPLIT_K": int(split or 1),
         "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)), "PDL": int(bool(pdl)), "SHAPE_JIT": int(bool(jit)),
+        "CLUSTER_K": int(cluster_k or 1),
     })  # fmt: skip
 
 
-def max_stages(block_n: int, block_m: int = 128, swap_ab: bool = False, cluster_ctas: int = 1) -> int:
+def max_stages(
+    block_n: int, block_m: int = 128, swap_ab: bool = False, cluster_ctas: int = 1, cluster_k: int = 1
+) -> int:
     """As many pipeline stages of a BLOCK_M x 64 A tile, a BLOCK_N x 64 B tile and their two barriers as fit
-    beside the epilogue's store boxes (`store_box_bytes`) and the alignment slack; MAX_STAGES at most."""
+    beside the epilogue's store boxes (`store_box_bytes`), [12] the slots a split in the cluster sums in
+    (`cluster_sum_bytes`) and the alignment slack; MAX_STAGES at most."""
     stage = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES + BARRIER_BYTES
-    epilogue = store_box_bytes(block_n, block_m, swap_ab, cluster_ctas)
+    epilogue = store_box_bytes(block_n, block_m, swap_ab, cluster_ctas) + cluster_sum_bytes(block_n, block_m, cluster_k)
     return min(MAX_STAGES, (SMEM_BYTES - epilogue - ALIGN_BYTES) // stage)
+
+
+STRIP_ROWS = 16  # a consumer warp's rows of one wgmma m64 fragment
+
+
+def cluster_sum_bytes(block_n: int, block_m: int, cluster_k: int) -> int:
+    """[12] What a CTA of a split in the cluster keeps in shared memory: for each strip of 16 rows it sums (one
+    in cluster_k), a slot of fp32 for each other CTA's part, and the strips' barriers (one per strip sent, one
+    per strip summed); 0 without the split."""
+    if cluster_k == 1:
+        return 0
+    strips = block_m // STRIP_ROWS
+    slots = strips // cluster_k * (cluster_k - 1) * STRIP_ROWS * block_n * PARTIAL_BYTES
+    return slots + (strips + strips // cluster_k) * 8
 
 
 def store_box_bytes(block_n: int, block_m: int, swap_ab: bool, cluster_ctas: int) -> int:
@@ -333,7 +361,7 @@ CLUSTER_SLOTS = {132: {1: 132, 2: 66, 4: 30, 8: 15}}
 
 def slots(t: Tiling, sm_count: int) -> int:
     """Clusters that fit on the GPU at once."""
-    size = t.cluster_m * t.cluster_n
+    size = t.cluster_m * t.cluster_n * t.cluster_k
     return CLUSTER_SLOTS.get(sm_count, {}).get(size, sm_count // size)
 
 
@@ -366,7 +394,8 @@ def schedule(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Schedule:
     units = tiles * t.split_k
     rounds, cut = ceil_div(units, free), int(t.split_k > 1)
     workers = ceil_div(units, rounds)  # `balanced_workers`: as few as take the same rounds
-    return Schedule(tiles, workers, rounds * ceil_div(k_tiles, t.split_k), rounds * cut, t.split_k * cut)
+    slice_k_tiles = ceil_div(k_tiles, t.split_k * t.cluster_k)  # [12] a cluster's CTAs each take a slice of K
+    return Schedule(tiles, workers, rounds * slice_k_tiles, rounds * cut, t.split_k * cut)
 
 
 def k_tile_clocks(t: Tiling) -> float:
@@ -424,7 +453,7 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     clock_mhz = CLOCK_GHZ * 1e3
     loop_us = work.k_tiles * k_tile_clocks(t) / clock_mhz
     size, area = t.cluster_m * t.cluster_n, t.block_m * t.block_n
-    busy = work.workers * size
+    busy = work.workers * size * t.cluster_k
     hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
     l2_us = l2_bytes(m, n, k, t, one_round(m, n, t, sm_count)) / (L2_GBS * 1e3)
     xbar_us = l2_bytes(m, n, k, t, one_round=False) / (XBAR_GBS * 1e3)
@@ -434,10 +463,13 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     if work.cuts:
         partial_bytes = 2 * work.contributors * area * PARTIAL_BYTES
         fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
+    if t.cluster_k > 1:
+        fixup_us = CLUSTER_SUM_US
     rest_us = fixup_us + staged_us(m, n, t) + LAUNCH_US
     body_us = max(loop_us, hbm_us, l2_us, xbar_us)
     estimate, unpowered = max(body_us, power_us) + rest_us, body_us + rest_us
-    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, size, multicasts_tokens_only(t))
+    ctas = size * t.cluster_k
+    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, ctas, multicasts_tokens_only(t))
 
 
 def multicasts_tokens_only(t: Tiling) -> bool:
@@ -574,8 +606,9 @@ def candidates(
 
 def priced(t: Tiling, estimate: float) -> Choice:
     """A tiling with as many stages as fit, and its estimate."""
-    stages = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n)
-    return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k)
+    stages = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n, t.cluster_k)
+    return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k,
+                  cluster_k=t.cluster_k)
 
 
 def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[float]]:
@@ -648,12 +681,13 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
         "SWAP_AB": int(t.swap_ab),
         "PDL": int(cfg.extra.get("PDL", 0)),
         **({"SHAPE_JIT": 1} if cfg.extra.get("SHAPE_JIT") else {}),  # [11] only where set: older rows read alike
+        **({"CLUSTER_K": t.cluster_k} if t.cluster_k > 1 else {}),  # [12] likewise
     }
 
 
 def config_from_fields(fields: dict[str, int]) -> GemmConfig:
-    """A table's fields as a config (STREAM_K, SWAP_AB, PDL and SHAPE_JIT only where set, so tables written
-    before them read as they were)."""
+    """A table's fields as a config (STREAM_K, SWAP_AB, PDL, SHAPE_JIT and CLUSTER_K only where set, so tables
+    written before them read as they were)."""
     extra = {name: int(fields.get(name, 1)) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K")}
     if fields.get("STREAM_K"):
         extra["STREAM_K"] = int(fields["STREAM_K"])
@@ -663,6 +697,8 @@ def config_from_fields(fields: dict[str, int]) -> GemmConfig:
         extra["PDL"] = 1
     if fields.get("SHAPE_JIT"):
         extra["SHAPE_JIT"] = 1
+    if fields.get("CLUSTER_K", 1) > 1:
+        extra["CLUSTER_K"] = int(fields["CLUSTER_K"])
     block_m = int(fields.get("block_m", 128))
     return GemmConfig(
         block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra
@@ -682,7 +718,7 @@ def stages_that_fit(cfg: GemmConfig) -> GemmConfig:
     """An entry with no more stages than fit beside its store boxes: a table recorded before swapped tiles had
     store boxes (up to 32 KB) names as many as fit without them, and runs with one or two fewer."""
     t = tiling_of(cfg)
-    most = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n)
+    most = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n, t.cluster_k)
     return cfg if cfg.num_stages <= most else replace(cfg, num_stages=most)
 
 

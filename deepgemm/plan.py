@@ -71,6 +71,7 @@ DEFAULTS = GemmConfig(
         "GROUP_M": 16,
         "CLUSTER_M": 2,
         "CLUSTER_N": 1,
+        "CLUSTER_K": 1,
         "SPLIT_K": 1,
         "STREAM_K": 0,
         "SWAP_AB": 0,
@@ -81,9 +82,10 @@ DEFAULTS = GemmConfig(
 BLOCK_MS = (64, 128, 256)  # [7] consumer warpgroups x wgmma m64: one, two, or two of two m64 each
 BLOCK_NS = tuple(range(16, 257, 16))  # [7] wgmma's N, 16 columns per stmatrix of the epilogue
 SWAP_BLOCK_NS = tuple(range(8, 257, 8))  # [8] C's rows as wgmma's N: any multiple of 8
-CLUSTER_SIDES = (1, 2, 4)  # [9] CTAs along either side of a cluster ...
+CLUSTER_SIDES = (1, 2, 4)  # [9] CTAs along either side of a cluster ([12] or along K) ...
 MAX_CLUSTER = 8  # ... and in all: the portable cluster size
 BOX_ROW_MULTIPLE = 8  # a CTA's part of a tile is whole 8-row groups of the 128B swizzle (1024 bytes)
+MAX_CLUSTER_K_BLOCK_M = 128  # [12] a split in the cluster: one wgmma m64 per consumer warpgroup
 STREAM_K_ROUNDS = (0, 1, 2)  # [6] 0 off; else the rounds the cut part spans (model.stream_k_schedule)
 # The plan's schedule (the kernel only needs PARTIAL_TILES), how it launches, and [11] whether it compiles the
 # weight's dimensions in (FIXED_M or FIXED_N, and FIXED_K, `shape_defines`): never compiled in as they are.
@@ -140,13 +142,22 @@ def check_config(cfg: GemmConfig) -> None:
     if split > 1 and cfg.value("STREAM_K"):
         raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
                          "the other, not both")  # fmt: skip
+    require_in(cfg, "CLUSTER_K", CLUSTER_SIDES, "CTAs of a cluster on one tile, each a slice of K")
+    cut = {"CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n, "SPLIT_K": split, "STREAM_K": cfg.value("STREAM_K")}
+    if cfg.value("CLUSTER_K") > 1 and cut != {"CLUSTER_M": 1, "CLUSTER_N": 1, "SPLIT_K": 1, "STREAM_K": 0}:
+        knobs = ", ".join(f"{name} = {value}" for name, value in cut.items())
+        raise ValueError(f"CLUSTER_K = {cfg.value('CLUSTER_K')} sums a tile's slices of K inside the cluster: it takes "
+                         f"no multicast cluster and no other cut, not {knobs}")  # fmt: skip
+    if cfg.value("CLUSTER_K") > 1 and cfg.value("BLOCK_M") > MAX_CLUSTER_K_BLOCK_M:
+        raise ValueError(f"CLUSTER_K = {cfg.value('CLUSTER_K')} takes BLOCK_M up to {MAX_CLUSTER_K_BLOCK_M}, not "
+                         f"{cfg.value('BLOCK_M')}")  # fmt: skip
 
 
-def check_split(split: int, k: int, block_k: int) -> None:
-    """Every slice of K gets at least one k-tile: ValueError otherwise."""
+def check_split(split: int, k: int, block_k: int, knob: str = "SPLIT_K") -> None:
+    """Every slice of K gets at least one k-tile (split-K's, or [12] CLUSTER_K's): ValueError otherwise."""
     k_tiles = ceil_div(k, block_k)
     if split > k_tiles:
-        raise ValueError(f"SPLIT_K = {split} exceeds the {k_tiles} k-tiles of K = {k} (BLOCK_K = {block_k})")
+        raise ValueError(f"{knob} = {split} exceeds the {k_tiles} k-tiles of K = {k} (BLOCK_K = {block_k})")
 
 
 def cut_scratch(cfg: GemmConfig, schedule: tuple[int, int]) -> tuple[int, int]:
@@ -286,8 +297,8 @@ def build(
         cfg, source = chosen_config(problem, device, config)
         cfg = cfg.merged_over(DEFAULTS)
         check_config(cfg)
-        if cfg.value("SPLIT_K") > 1:
-            check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
+        for knob in ("SPLIT_K", "CLUSTER_K"):
+            check_split(cfg.value(knob), problem.k, cfg.value("BLOCK_K"), knob)
         act = activation_name(activation)
         return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem.n))
 
@@ -416,7 +427,7 @@ def persistent_grid(
     slot; otherwise only as many as finish the work units (cluster tiles times split-K's slices) in as
     many rounds, so that every round is full (`balanced_workers`)."""
     cluster_m, cluster_n = cfg.value("CLUSTER_M"), cfg.value("CLUSTER_N")
-    size = cluster_m * cluster_n
+    size = cluster_m * cluster_n * cfg.value("CLUSTER_K")  # [12] a tile's slices of K are CTAs of its cluster
     tiles = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n)
     slots = device_limits(device).sm_count if size == 1 else max_active_clusters(function, size, threads, smem)
     k_tiles = ceil_div(k, cfg.value("BLOCK_K"))
@@ -450,6 +461,8 @@ def kernel_defines(cfg: GemmConfig) -> dict[str, int]:
     """The config's defines as the kernel takes them: SPLIT_K and STREAM_K are the plan's schedule (host
     only), so every config that cuts tiles compiles to one kernel, PARTIAL_TILES 1."""
     defines = {name: value for name, value in cfg.defines().items() if name not in HOST_ONLY_KNOBS}
+    if defines.get("CLUSTER_K") == 1:  # the kernel's default: builds without it keep their defines and cache
+        del defines["CLUSTER_K"]
     cuts = cfg.extra.get("SPLIT_K", 1) > 1 or cfg.extra.get("STREAM_K", 0) > 0
     return {**defines, "PARTIAL_TILES": int(cuts)}
 

@@ -506,6 +506,51 @@ def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_str
         assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K differs across streams"
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_split_k_in_the_cluster_matches_reference_and_repeats_bit_for_bit_on_every_stream(dtype):
+    """[12] CLUSTER_K: a cluster's CTAs each take a slice of K of one tile and sum the parts in shared memory.
+    Swapped and plain, 64- and 128-row tiles, slices of 2 and 4, one round and several (the slots handed
+    back between tiles), K that does not split evenly, odd M and N, MN-major b, bias and GELU into fp32; then
+    one plan again, with PDL back to back, and on four streams, every result bit-identical to the first."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    sliced = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": 1, "CLUSTER_K": ck, "SWAP_AB": swap})
+              for bm, bn, ck, swap in ((64, 8, 2, 1), (64, 128, 2, 1), (128, 16, 4, 1), (128, 32, 2, 1),
+                                       (128, 128, 2, 0), (64, 64, 4, 0))]  # fmt: skip
+    shapes = ((1, 2112, 7168), (9, 5000, 1000), (130, 4096, 200), (300, 7000, 4160))
+    failures = _failures_over(launcher, sliced, shapes, dtype, seed=4600, layouts=("k", "mn"))
+    assert not failures, "\n".join(failures)
+    a, b = random_problem(33, 2112, 7168, input_dtype(dtype), seed=46)
+    bias = _bias(2112, BFLOAT16 if dtype == "fp16" else FLOAT16, seed=46)
+    launch = launcher.plan(a, b, config=sliced[1], bias=bias, activation="gelu_tanh", out_dtype=FLOAT32)
+    assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
+    config = sliced[0]
+    launch = launcher.plan(a, b, config=config)
+    assert verify(launch, reference(a, b), launch.out).passed
+    first = launch().copy()
+    for _ in range(5):
+        assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "CLUSTER_K differs run to run"
+    pdl = GemmConfig(block_m=64, block_n=8, extra={**config.extra, "PDL": 1})
+    outs = [cupy.empty_like(first) for _ in range(20)]
+    for out in outs:  # queued back to back: each prologue overlaps the launch before
+        launcher.plan(a, b, out, config=pdl)()
+    assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), "PDL chain differs"
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
+    outs = [cupy.empty_like(first) for _ in streams]
+    for stream, out in zip(streams, outs):
+        with stream:
+            for _ in range(3):
+                launcher.plan(a, b, out, config=config)()
+    for stream, out in zip(streams, outs):
+        stream.synchronize()
+        assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), "CLUSTER_K differs across streams"
+
+
 def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrote():
     """[10] With PDL a launch may start before the one before it in the stream ends; griddepcontrol.wait
     holds it until that kernel's writes are visible. A chain in which each product is the next one's A (and

@@ -270,7 +270,8 @@ def test_the_model_prices_the_recorded_candidates_by_their_config_not_this_space
 
 
 NAMES = ("n256 c2 s1 st4", "m64 n128 c1 s4 st8", "swap m64 n16 c1 s2 st16", "swap n200 c1x4 sk1 st8",
-         "m64 n96 c2x2 sk2 st10", "swap m64 n8 c4x2 s3 st16", "swap m64 n16 c1 s1 st16 pdl")  # fmt: skip
+         "m64 n96 c2x2 sk2 st10", "swap m64 n8 c4x2 s3 st16", "swap m64 n16 c1 s1 st16 pdl",
+         "swap m64 n128 c1 k2 s1 st8 jit")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -353,6 +353,45 @@ def test_library_builds_that_cut_tiles_keep_the_main_loop_and_add_the_parts_in_t
         assert code.count("Function : ") == 1, "one kernel"
 
 
+@pytest.mark.parametrize(("block_m", "block_n", "cluster_k", "swap"),
+                         [(64, 8, 2, 1), (64, 128, 2, 1), (128, 64, 4, 0), (128, 16, 2, 1)])
+def test_library_split_k_in_the_cluster_sends_parts_to_shared_memory_and_keeps_the_main_loop(
+    block_m, block_n, cluster_k, swap
+):
+    """[12] CLUSTER_K: no spills, no serialised wgmma, the main loop within five instructions of the build
+    without it (the full barrier's address is rebuilt from the CTA's shared window each k-tile); a strip's part
+    goes to its owner as st.async (STAS, 8 bytes a pair: BLOCK_N / 4 per fragment), nothing through global
+    memory (no atomic, no partial stored or loaded at L2); the shared memory holds the slots
+    `heuristic.cluster_sum_bytes` counts."""
+    from deepgemm.heuristic import cluster_sum_bytes, store_box_bytes
+
+    for bf16 in (False, True):
+        knobs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "CLUSTER_M": 1, "SWAP_AB": swap, "NUM_STAGES": 4}
+        whole, sliced = (launcher_defines(LIBRARY, bf16, **knobs, **extra) for extra in ({}, {"CLUSTER_K": cluster_k}))
+        report = compiled(LIBRARY, sliced)
+        _fits(report, knobs)
+        code = sass(LIBRARY, sliced)
+        loops = [len(_sass_loop_around(sass(LIBRARY, d), f"HGMMA.64x{block_n}x16")) for d in (whole, sliced)]
+        assert loops[1] <= loops[0] + 5, f"{knobs}: {loops} instructions per k-tile without and with CLUSTER_K"
+        assert len(re.findall(r"\bSTAS\.64\b", code)) == block_n // 4, knobs
+        assert "ATOMG" not in code and "STG.E.64.STRONG.GPU" not in code, knobs
+        cfg = GemmConfig(block_m=block_m, block_n=block_n, num_stages=4).merged_over(stages.load(LIBRARY).DEFAULTS)
+        slots = cluster_sum_bytes(block_n, block_m, cluster_k) - (block_m // 16 + block_m // 16 // cluster_k) * 8
+        boxes = store_box_bytes(block_n, block_m, bool(swap), 1)
+        assert report.launch_facts().smem_bytes == tile_smem_bytes(cfg) + boxes + slots + ALIGNMENT_SLACK_BYTES
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{"CLUSTER_K": 2, "CLUSTER_M": 2}, {"CLUSTER_K": 2, "CLUSTER_M": 1, "PARTIAL_TILES": 1},
+     {"CLUSTER_K": 3, "CLUSTER_M": 1}, {"CLUSTER_K": 2, "CLUSTER_M": 1, "BLOCK_M": 256, "BLOCK_N": 64}],
+)
+def test_library_refuses_split_k_in_the_cluster_beside_other_clusters_or_cuts(knobs):
+    """[12] A split in the cluster takes 2 or 4 CTAs, no multicast cluster and no tiles cut in global memory."""
+    with pytest.raises(Exception, match="2 or 4 CTAs on one tile, each a slice of K"):
+        compiled(LIBRARY, launcher_defines(LIBRARY, False, **knobs))
+
+
 @pytest.mark.parametrize("stage", [V5, LIBRARY])
 def test_builds_without_split_k_have_no_atomics(stage):
     """v5 (which has no split-K) and the library's default build carry none of split-K's counting."""

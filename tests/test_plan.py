@@ -108,6 +108,12 @@ def _config(**knobs) -> GemmConfig:
         ({"SPLIT_K": 1.5}, "SPLIT_K = 1.5 must be a positive number"),
         ({"STREAM_K": 3}, r"STREAM_K = 3 must be one of \(0, 1, 2\)"),
         ({"STREAM_K": 1, "SPLIT_K": 2}, "SPLIT_K = 2 and STREAM_K = 1: the tiles are cut one way or the other"),
+        ({"CLUSTER_K": 3, "CLUSTER_M": 1}, r"CLUSTER_K = 3 must be one of \(1, 2, 4\)"),
+        ({"CLUSTER_K": 2}, "CLUSTER_K = 2 sums a tile's slices of K inside the cluster: it takes no multicast cluster "
+                           "and no other cut, not CLUSTER_M = 2, CLUSTER_N = 1, SPLIT_K = 1, STREAM_K = 0"),
+        ({"CLUSTER_K": 2, "CLUSTER_M": 1, "SPLIT_K": 2}, "not CLUSTER_M = 1, CLUSTER_N = 1, SPLIT_K = 2"),
+        ({"CLUSTER_K": 4, "CLUSTER_M": 1, "block_m": 256, "block_n": 64}, "CLUSTER_K = 4 takes BLOCK_M up to 128"),
+        ({"CLUSTER_K": 4, "CLUSTER_M": 1, "block_n": 64}, None),
     ],
 )
 def test_a_config_the_kernel_cannot_run_is_named_by_its_knob(knobs, message):
@@ -130,6 +136,8 @@ def test_the_kernels_configurations_pass():
 def test_split_k_needs_a_k_tile_for_every_slice():
     with pytest.raises(ValueError, match=r"SPLIT_K = 5 exceeds the 4 k-tiles of K = 200 \(BLOCK_K = 64\)"):
         check_split(5, 200, 64)
+    with pytest.raises(ValueError, match=r"CLUSTER_K = 4 exceeds the 3 k-tiles of K = 129"):
+        check_split(4, 129, 64, "CLUSTER_K")
     check_split(4, 200, 64)  # one k-tile per slice is allowed
     check_split(1, 1, 64)
 
@@ -151,6 +159,8 @@ def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
     assert split2 == split4 == kernel_defines(_config(STREAM_K=1))
     assert split2["PARTIAL_TILES"] == 1 and "SPLIT_K" not in split2 and "STREAM_K" not in split2
     assert kernel_defines(_config())["PARTIAL_TILES"] == 0
+    assert "CLUSTER_K" not in kernel_defines(_config())  # [12] off: the defines, and so the cache, stay as they were
+    assert kernel_defines(_config(CLUSTER_M=1, CLUSTER_K=2))["CLUSTER_K"] == 2
 
 
 @pytest.mark.parametrize(
@@ -169,6 +179,10 @@ def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
         ({"SPLIT_K": 3, "CLUSTER_M": 1}, (256, 2048, 4096), (48, (16, 48))),
         # A short K limits stream-K's workers: 10 tiles of 2 k-tiles, runs of at least 4: 5 workers.
         ({"STREAM_K": 1, "CLUSTER_M": 1, "block_n": 128}, (128, 1280, 128), (132, (10, 5))),
+        # [12] A split in clusters of two: 33 swapped 64 x 8 tiles, one per cluster, 66 CTAs; 165 tiles of 128 x
+        # 128 on 66 slots take three rounds, on 55 clusters.
+        ({"CLUSTER_M": 1, "CLUSTER_K": 2, "SWAP_AB": 1, "block_m": 64, "block_n": 8}, (2112, 1, 7168), (66, (0, 0))),
+        ({"CLUSTER_M": 1, "CLUSTER_K": 2, "block_n": 128}, (300, 7000, 4160), (110, (0, 0))),
     ],
 )
 def test_the_grid_and_the_schedule_of_cut_tiles(monkeypatch, knobs, shape, expected):

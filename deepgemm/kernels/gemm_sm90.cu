@@ -27,6 +27,10 @@
 //       before it in the stream, where the plan launches with the attribute.
 //  [11] the per-shape JIT (FIXED_M, FIXED_N, FIXED_K): the weight's dimensions compiled in, so that tile
 //       counts, the scheduler's divisions and the k-loop's bounds are constants; the tokens stay a parameter.
+//  [12] split-K inside a cluster (CLUSTER_K): the cluster's CTAs take one tile, each a slice of K, and
+//       sum their parts through distributed shared memory, never through global memory, whose round trips
+//       cost microseconds while HBM streams; the parts are added in rank order, so the result is the same
+//       run to run.
 // v5's ablation switch (WGMMA_IN_FLIGHT), its ablation diff and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
@@ -129,6 +133,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_N
 #define CLUSTER_N 1    // [9] CTAs per cluster, on neighbouring tile columns: they share A, each loading 1/CLUSTER_N
 #endif
+#ifndef CLUSTER_K
+#define CLUSTER_K 1    // [12] CTAs per cluster on one tile, each computing a slice of K; 1: none
+#endif
 #ifndef FIXED_M
 #define FIXED_M 0      // [11] the kernel's M' (swapped: the weight's N), compiled in; 0: the parameter M
 #endif
@@ -157,7 +164,7 @@ constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces,
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
-constexpr int CLUSTER_SIZE = CLUSTER_M * CLUSTER_N;       // rank r: tile row r % CLUSTER_M, column r / CLUSTER_M
+constexpr int CLUSTER_SIZE = CLUSTER_M * CLUSTER_N * CLUSTER_K;  // rank r: tile row r % CLUSTER_M, column r / CLUSTER_M; [12] slice r
 constexpr int A_BOX_ROWS = BLOCK_M / CLUSTER_N;           // the rows of A one CTA loads and multicasts
 constexpr int A_BOX_BYTES = A_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_BOX_ROWS = BLOCK_N / CLUSTER_M;           // the rows of B one CTA loads and multicasts
@@ -194,12 +201,22 @@ constexpr int EPI_BOX_BYTES = STORE_BOX_ROWS * EPI_ROW_BYTES;       // 2 KB (128
 constexpr int EPI_BUFFERS = 2;                                      // per warp: fill one, store the other
 constexpr int EPI_BYTES = C_BY_POINTER ? 0 : NUM_CONSUMERS * 4 * EPI_BUFFERS * EPI_BOX_BYTES;  // 32 KB, after the stages
 constexpr int EPI_CHUNK_COLS = EPI_ROW_BYTES / (int)sizeof(out_t);  // 64 (fp16/bf16) or 32 (fp32) for 128 bytes
+// [12] Split-K in a cluster: a consumer warp's 16 rows of a fragment are a strip; strip s of the tile is summed
+// by the CTA of rank s % CLUSTER_K (its owner), which receives the other CTAs' fp32 parts of it in slots of
+// STRIP_BYTES after the store boxes, so every CTA sums and stores 1 / CLUSTER_K of the tile.
+constexpr int CTA_STRIPS = NUM_CONSUMERS * M_WGMMAS * 4;
+constexpr int STRIP_BYTES = 16 * BLOCK_N * 4;
+constexpr int SUM_BYTES = CLUSTER_K > 1 ? CTA_STRIPS / CLUSTER_K * (CLUSTER_K - 1) * STRIP_BYTES : 0;
 
 static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "[7] one or two consumer warpgroups of 64 or 128 rows");
 static_assert(M_WGMMAS * BLOCK_N <= 256,
               "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
               && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
+static_assert(CLUSTER_K == 1 || ((CLUSTER_K == 2 || CLUSTER_K == 4) && CLUSTER_M * CLUSTER_N == 1 && !PARTIAL_TILES
+                                  && BLOCK_M <= 128),
+              "[12] 2 or 4 CTAs on one tile, each a slice of K: no multicast cluster, no tiles cut in global memory, "
+              "BLOCK_M up to 128 (at 256 ptxas moves the main loop's descriptors out of uniform registers)");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N % (SWAP_AB ? 8 : 16) == 0 && BLOCK_N <= 256,
@@ -213,9 +230,9 @@ static_assert((227 * 1024) / 16 < (1 << 14),
 // Dynamic shared memory: the stages, then the store boxes, from a 1024-byte boundary (where the swizzle
 // pattern starts; the allocation itself is only 16-byte aligned, hence the slack).
 constexpr int ALIGN_SLACK_BYTES = 1024;
-constexpr int DYNAMIC_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + EPI_BYTES + ALIGN_SLACK_BYTES;
+constexpr int DYNAMIC_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + EPI_BYTES + SUM_BYTES + ALIGN_SLACK_BYTES;
 static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 227 * 1024,
-              "a CTA may use 227 KB of shared memory: stages, store boxes, alignment slack, barriers");
+              "a CTA may use 227 KB of shared memory: stages, store boxes, [12] slots, alignment slack, barriers");
 
 // The launch facts the plan reads back from the compiled module, so they are written only here.
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
@@ -268,6 +285,20 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned pari
             "{\n"
             ".reg .pred p;\n"
             "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
+    } while (!done);
+}
+
+// [12] The same wait, acquiring at cluster scope what other CTAs of the cluster wrote before its completion.
+__device__ __forceinline__ void mbarrier_wait_parity_cluster(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
             "selp.u32 %0, 1, 0, p;\n"
             "}\n"
             : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
@@ -425,6 +456,21 @@ __device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned
 // Two adjacent fp32 values to shared memory (8 bytes).
 __device__ __forceinline__ void st_shared_v2_f32(unsigned addr, float lo, float hi) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(lo), "f"(hi) : "memory");
+}
+
+// [12] Two adjacent fp32 values from shared memory.
+__device__ __forceinline__ float2 ld_shared_v2_f32(unsigned addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+
+// [12] Two fp32 values into another CTA's shared memory (address from mapa_shared), completing 8 bytes of
+// the transaction count of that CTA's barrier: the receiver waits on its barrier, no fence is needed. The
+// values go in as fp32 registers: passed as their bits ("r"), ptxas serialised the main loop's wgmma.
+__device__ __forceinline__ void st_async_v2_f32(unsigned remote, float lo, float hi, unsigned remote_bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+                 :: "r"(remote), "f"(lo), "f"(hi), "r"(remote_bar) : "memory");
 }
 
 // wgmma shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"):
@@ -674,10 +720,10 @@ __device__ __forceinline__ Segment segment_at(const Schedule& s, int i, int end)
 // (the consumers' 128 accumulators leave few registers): the unit, the end of its range, the segment.
 struct SegmentWalk {
     Schedule s;
-    int u, step, end;
+    int u, step, end, slice;
     Segment seg;
-    __device__ __forceinline__ SegmentWalk(const Schedule& sched, int first_unit, int unit_step)
-        : s(sched), u(first_unit), step(unit_step) { enter_unit(); }
+    __device__ __forceinline__ SegmentWalk(const Schedule& sched, int first_unit, int unit_step, int k_slice)
+        : s(sched), u(first_unit), step(unit_step), slice(k_slice) { enter_unit(); }
     __device__ __forceinline__ bool valid() const { return u < s.units(); }
     __device__ __forceinline__ void next() {
         const int i = seg.tile * s.k_tiles + seg.k_end;  // where this segment ended
@@ -694,6 +740,10 @@ struct SegmentWalk {
             unit_range(s, u, i, end);
             if (i < end) {
                 seg = segment_at(s, i, end);
+                if (CLUSTER_K > 1) {  // [12] this CTA's slice of the tile's k-tiles (the plan: at least one each)
+                    seg.k_begin = slice * s.k_tiles / CLUSTER_K;
+                    seg.k_end = (slice + 1) * s.k_tiles / CLUSTER_K;
+                }
                 return;
             }
         }
@@ -768,6 +818,65 @@ __device__ __forceinline__ bool partial_sum_if_last(float (&acc)[N_ACC], float* 
     }
     return true;
 }
+
+#if CLUSTER_K > 1
+// [12] A tile's strip summed in the cluster. Every CTA computed the strip's part for its slice of K. A CTA that
+// does not own the strip waits until the owner has read what it sent for the tile before (may_send, parity
+// ^ 1: the first tile passes), then writes its part straight into its slot in the owner's shared memory
+// (st.async, in the fragment's order, pair p of lane l at float2 p * 32 + l), each store completing bytes of
+// the owner's sum_full barrier, and returns false: nobody waits on it. The owner expects those bytes, waits
+// for them, adds the parts in rank order (its own from registers in its place, so the sum rounds the same
+// way whoever finished first), hands the slots back to each sender, and returns true to run the epilogue.
+template <int N_ACC>
+__device__ __forceinline__ bool sum_in_cluster(float (&acc)[N_ACC], unsigned sum_base, unsigned sum_full0,
+                                               unsigned may_send0, int strip, int rank, unsigned parity, int lane) {
+    constexpr int PAIRS = N_ACC / 2;
+    const int owner = strip % CLUSTER_K, owned = strip / CLUSTER_K;
+    const unsigned slots = sum_base + owned * (CLUSTER_K - 1) * STRIP_BYTES + lane * 8;
+    if (owner != rank) {
+        mbarrier_wait_parity(may_send0 + strip * 8, parity ^ 1);
+        const unsigned dst = mapa_shared(slots + (rank < owner ? rank : rank - 1) * STRIP_BYTES, owner);
+        const unsigned bar = mapa_shared(sum_full0 + owned * 8, owner);
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) st_async_v2_f32(dst + p * 256, acc[2 * p], acc[2 * p + 1], bar);
+        return false;
+    }
+    if (lane == 0) mbarrier_arrive_expect_tx(sum_full0 + owned * 8, (CLUSTER_K - 1) * STRIP_BYTES);
+    mbarrier_wait_parity_cluster(sum_full0 + owned * 8, parity);
+    // In rank order: the parts before this CTA's own summed first, then its own added (x + y is y + x in fp32),
+    // then each part after it. Slot q - 1 holds part q > rank, slot q part q < rank.
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) {
+        float2 before = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int q = 0; q < CLUSTER_K - 1; ++q) {
+            if (q < rank) {
+                const float2 part = ld_shared_v2_f32(slots + q * STRIP_BYTES + p * 256);
+                before = q == 0 ? part : make_float2(before.x + part.x, before.y + part.y);
+            }
+        }
+        if (rank > 0) {
+            acc[2 * p] += before.x;
+            acc[2 * p + 1] += before.y;
+        }
+#pragma unroll
+        for (int q = 1; q < CLUSTER_K; ++q) {
+            if (q > rank) {
+                const float2 part = ld_shared_v2_f32(slots + (q - 1) * STRIP_BYTES + p * 256);
+                acc[2 * p] += part.x;
+                acc[2 * p + 1] += part.y;
+            }
+        }
+    }
+    __syncwarp();  // every lane has read its slots before they go back
+    if (lane == 0) {
+#pragma unroll
+        for (int q = 0; q < CLUSTER_K; ++q)
+            if (q != rank) mbarrier_arrive_cluster(mapa_shared(may_send0 + strip * 8, q));
+    }
+    return true;
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------------
 // The fused activation, applied to alpha * acc + bias in fp32 before the one rounding to out_t.
@@ -858,6 +967,10 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long full_bar[NUM_STAGES];
     __shared__ __align__(8) unsigned long long empty_bar[NUM_STAGES];
+#if CLUSTER_K > 1
+    __shared__ __align__(8) unsigned long long sum_full[CTA_STRIPS / CLUSTER_K];  // [12] per owned strip
+    __shared__ __align__(8) unsigned long long may_send[CTA_STRIPS];             // [12] per strip sent
+#endif
     // [11] A dimension compiled in replaces its parameter (the plan passes the same value): every expression
     // of it below folds at compile time.
     if (FIXED_M) M = FIXED_M;
@@ -875,7 +988,11 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     // [1] Persistent tiles: cluster c takes work units c, c + num_clusters, c + 2 num_clusters ...
     const int cluster_id = blockIdx.x / CLUSTER_SIZE, num_clusters = gridDim.x / CLUSTER_SIZE;
     const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
-    const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : rank, rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
+    const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : CLUSTER_K > 1 ? 0 : rank;
+    const int rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
+    // [12] The slice of K this CTA computes. Read from lane 0, it is provably the same in every lane, so the
+    // k-loop's bounds and the descriptors stay in uniform registers.
+    const int rank_k = CLUSTER_K > 1 ? __shfl_sync(0xffffffffu, rank, 0) : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
     // [6] Whole tiles first, then the cut ones' workers.
     const Schedule sched = {k_tiles, PARTIAL_TILES ? num_tiles - sk_tiles : num_tiles, PARTIAL_TILES ? sk_workers : 0,
@@ -894,10 +1011,14 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
             mbarrier_init(smem_addr(&full_bar[s]), 1);
             mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * SENDERS);
         }
+#if CLUSTER_K > 1
+        for (int s = 0; s < CTA_STRIPS / CLUSTER_K; ++s) mbarrier_init(smem_addr(&sum_full[s]), 1);  // + the bytes
+        for (int s = 0; s < CTA_STRIPS; ++s) mbarrier_init(smem_addr(&may_send[s]), 1);  // the owner's arrival
+#endif
         fence_mbarrier_init();
     }
-    // Barriers initialised before anyone waits on them or, from the other CTA, arrives or multicasts.
-#if CLUSTER_M * CLUSTER_N > 1
+    // Barriers initialised before anyone waits on them or, from the other CTA, arrives, multicasts or [12] sends.
+#if CLUSTER_M * CLUSTER_N * CLUSTER_K > 1
     cluster_sync();
 #else
     __syncthreads();
@@ -925,7 +1046,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #if !C_BY_POINTER
             prefetch_tensormap(&tma_c);
 #endif
-            for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {
+            for (SegmentWalk walk(sched, cluster_id, num_clusters, rank_k); walk.valid(); walk.next()) {
                 const Segment& seg = walk.seg;
                 int cluster_m, cluster_n;
                 grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
@@ -965,6 +1086,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // This warp's two store boxes (none where C goes by pointer); the chunk counter runs on across tiles.
         [[maybe_unused]] const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         [[maybe_unused]] int epi_chunk = 0;
+        [[maybe_unused]] const unsigned sum_base = epi_base + EPI_BYTES;  // [12] the owned strips' slots
+        [[maybe_unused]] unsigned sum_parity = 0;                         // [12] flips with every tile
         float acc[M_WGMMAS][BLOCK_N / 2];  // [7] a fragment per wgmma m64: the consumer's rows 64 mi to 64 mi + 63
 
         // The main loop's operands, built once. Stage 0's descriptors: this consumer's rows of A start
@@ -984,10 +1107,11 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 #pragma unroll
         for (int i = 0; i < SENDERS; ++i) {
             const int sender = i < CLUSTER_M ? i + CLUSTER_M * rank_n : rank_m + CLUSTER_M * (i - CLUSTER_M + (i - CLUSTER_M >= rank_n));
-            empty_bar0[i] = CLUSTER_SIZE > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender) : smem_addr(&empty_bar[0]);
+            empty_bar0[i] = CLUSTER_M * CLUSTER_N > 1 ? mapa_shared(smem_addr(&empty_bar[0]), sender)
+                                                      : smem_addr(&empty_bar[0]);
         }
 
-        for (SegmentWalk walk(sched, cluster_id, num_clusters); walk.valid(); walk.next()) {
+        for (SegmentWalk walk(sched, cluster_id, num_clusters, rank_k); walk.valid(); walk.next()) {
             const Segment& seg = walk.seg;
             int cluster_m, cluster_n;
             grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
@@ -1051,6 +1175,14 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                                                               M - warp_row0, lane))
                         continue;
                 }
+#endif
+#if CLUSTER_K > 1
+                // [12] Each strip is summed and stored by its owner; the others send it their parts. The answer
+                // goes through a vote: provably the same in every lane, the branch keeps the main loop's
+                // descriptors in uniform registers (a plain bool cost it 19 instructions a k-tile).
+                const bool owns = sum_in_cluster(acc[mi], sum_base, smem_addr(&sum_full[0]), smem_addr(&may_send[0]),
+                                                 (consumer * M_WGMMAS + mi) * 4 + warp, rank_k, sum_parity, lane);
+                if (!__any_sync(0xffffffffu, owns)) continue;
 #endif
 #if C_BY_POINTER
                 // [8] Row r of this tile is column r of C, column c row c: each value is stored on its own,
@@ -1162,12 +1294,13 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 }
 #endif
             }
+            if (CLUSTER_K > 1) sum_parity ^= 1;
         }
         // The boxes must stay valid until the TMA unit has read them, and C complete before the kernel ends.
         if (lane == 0) bulk_wait_group<0>();
     }
-#if CLUSTER_M * CLUSTER_N > 1
-    // [2] The other CTAs may still arrive on this CTA's barriers: none leaves before all are done.
+#if CLUSTER_M * CLUSTER_N * CLUSTER_K > 1
+    // [2] The other CTAs may still arrive on this CTA's barriers ([12] or send to it): none leaves before all are done.
     __syncwarp();
     cluster_sync();
 #endif
