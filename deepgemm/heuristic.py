@@ -138,6 +138,9 @@ BOX_ROW_STEP = 8  # a CTA's share of a multicast tile: whole 8-row groups of the
 MN_MAJOR_BOX_ROWS = 64  # an MN-major operand arrives in boxes 64 elements (128 bytes) wide
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 STREAM_KS = (1, 2)  # stream-K over the partial round, or over it and the full round before it
+CLUSTER_KS = (2, 4)  # [12] a tile's slices of K in one cluster, summed in its shared memory ...
+CLUSTER_K_BLOCK_M = 64  # ... of one consumer warpgroup: in lab/results/h200/cluster_k.json every 128-row tile split
+# so (its slots cost it stages) lost to the same split of 64-row tiles or to the table's entry
 SMEM_BYTES = 227 * 1024  # what one CTA may use
 ALIGN_BYTES = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles: slack for aligning the first
 BARRIER_BYTES = 16  # per stage: its full and empty mbarriers
@@ -175,7 +178,9 @@ XBAR_GBS = 12000.0  # what the crossbar carries from L2 to the SMs: every cluste
 # candidates, 3.5% -> 2.6%, worst 32.9% -> 22.2% (lab.fit_heuristic)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
-CLUSTER_SUM_US = 0.5  # [12] a tile's slices summed in the cluster's shared memory: a guess, not yet fitted
+CLUSTER_SUM_US = 1.5  # [12] a split in the cluster, per CTA past the first: its part sent, summed, the cluster's
+# start (fitted to lab/results/h200/cluster_k.json, 12 shapes: the first choice within 2.1% of the fastest timed,
+# 0.5% on average; at 0.3 to 1.0 it chose 64 x 64 slices of two at 128 x 2112 x 7168, 8% behind split-K)
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
 # the power there, so it is the work computed that sets the time, not how it is spread over the SMs (fitted)
 LAUNCH_US = 4.7  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
@@ -464,7 +469,7 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
         partial_bytes = 2 * work.contributors * area * PARTIAL_BYTES
         fixup_us = work.cuts * partial_bytes / PARTIAL_BYTES_PER_CLOCK / clock_mhz + FIXUP_US
     if t.cluster_k > 1:
-        fixup_us = CLUSTER_SUM_US
+        fixup_us = CLUSTER_SUM_US * (t.cluster_k - 1)
     rest_us = fixup_us + staged_us(m, n, t) + LAUNCH_US
     body_us = max(loop_us, hbm_us, l2_us, xbar_us)
     estimate, unpowered = max(body_us, power_us) + rest_us, body_us + rest_us
@@ -538,6 +543,15 @@ def useful_splits(tiles: int, k: int, slots: int) -> list[int]:
     return [1, *sorted({s for s in SPLITS if 1 < s <= most} | ({most} if most > 1 else set()))]
 
 
+def useful_cluster_ks(tiles: int, k: int, sm_count: int) -> list[int]:
+    """[12] Splits in the cluster worth weighing for `tiles` tiles without a cluster: as for split-K, only
+    where the tiles leave half the SMs idle, each slice at least MIN_K_TILES_PER_WORKER k-tiles, and all the
+    clusters in one round."""
+    k_tiles = ceil_div(k, BLOCK_K)
+    return [ck for ck in CLUSTER_KS if 2 * tiles <= sm_count and k_tiles // ck >= MIN_K_TILES_PER_WORKER
+            and tiles <= slots(Tiling(MAX_BLOCK_M, MAX_BLOCK_N, cluster_k=ck), sm_count)]  # fmt: skip
+
+
 def useful_stream_ks(tiles: int, slots: int) -> list[int]:
     """Stream-K only where the last round is partial; STREAM_K 2 only where a full round comes before it."""
     if tiles % slots == 0:
@@ -558,6 +572,9 @@ def tilings(m: int, n: int, k: int, sm_count: int, swap_ab: bool) -> list[Tiling
                 found += [Tiling(block_m, block_n, cm, cn, split_k=s, swap_ab=swap_ab) for s in splits]
                 found += [Tiling(block_m, block_n, cm, cn, stream_k=s, swap_ab=swap_ab)
                           for s in useful_stream_ks(tiles, free)]  # fmt: skip
+                if cm * cn == 1 and block_m == CLUSTER_K_BLOCK_M:
+                    found += [Tiling(block_m, block_n, swap_ab=swap_ab, cluster_k=ck)
+                              for ck in useful_cluster_ks(tiles, k, sm_count)]  # fmt: skip
     return found
 
 
@@ -640,10 +657,12 @@ def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn
 
 def pdl_pays(t: Tiling, price: Price, m: int, sm_count: int) -> bool:
     """Whether the model launches a tiling with PDL: under PDL_BELOW_US, only where no tile is cut along K
-    (split-K, stream-K), and not at small M on a grid that keeps more than half and at most three quarters
-    of the SMs busy: in CUDA graphs PDL costs those (the notes at PDL_BELOW_US and PDL_CROWDED_BELOW_M)."""
+    (split-K, stream-K, [12] a split in the cluster), and not at small M on a grid that keeps more than half
+    and at most three quarters of the SMs busy: in CUDA graphs PDL costs those (the notes at PDL_BELOW_US and
+    PDL_CROWDED_BELOW_M)."""
     crowded = m < PDL_CROWDED_BELOW_M and sm_count // 2 < price.busy_sms <= sm_count * 3 // 4
-    return price.estimate_us < PDL_BELOW_US and t.split_k == 1 and not t.stream_k and not crowded
+    cut = t.split_k > 1 or t.stream_k or t.cluster_k > 1  # [12] a split in the cluster: not timed with PDL yet
+    return price.estimate_us < PDL_BELOW_US and not cut and not crowded
 
 
 # ---- the table ---------------------------------------------------------------------------------------------

@@ -36,15 +36,19 @@ def _cluster_tiles(m: int, n: int, c: heuristic.Choice) -> int:
     return math.ceil(tiles_m / c.cluster_m) * math.ceil(tiles_n / c.cluster_n)
 
 
-def _stages_fit(block_m: int, block_n: int, swap: bool, stages: int, cluster_ctas: int = 1) -> bool:
+def _stages_fit(block_m: int, block_n: int, swap: bool, stages: int, cluster_ctas: int = 1, cluster_k: int = 1) -> bool:
     """The kernel's shared memory: stages of A and B tiles and two 8-byte barriers each, the epilogue's store
     boxes per consumer warpgroup (two at most: BLOCK_M 256 is two of 128 rows) and 1024 bytes of alignment
     slack. Plain, 16 KB of boxes; swapped, 4 warps x 2 boxes of 32-byte rows, 8 rows for BLOCK_N 8 x odd, 16
-    for 16 x odd, 32, else 64; none where a cluster's tiles are under 96 wide (C by pointer)."""
+    for 16 x odd, 32, else 64; none where a cluster's tiles are under 96 wide (C by pointer). [12] A split in
+    the cluster adds, per 16-row strip a CTA sums (one in cluster_k), an fp32 slot for each other CTA, and an
+    8-byte barrier per strip and per strip summed."""
     rows = 64 if block_n % 64 == 0 else 32 if block_n % 32 == 0 else 16 if block_n % 16 == 0 else 8
     box = 16 * 128 if not swap else 0 if cluster_ctas > 1 and block_n < 96 else rows * 32
     epilogue = min(block_m // 64, 2) * 4 * 2 * box
-    return stages * ((block_m + block_n) * 64 * 2 + 16) + epilogue + 1024 <= SMEM_BYTES
+    strips = block_m // 16
+    sums = strips // cluster_k * ((cluster_k - 1) * 16 * block_n * 4 + 8) + strips * 8 if cluster_k > 1 else 0
+    return stages * ((block_m + block_n) * 64 * 2 + 16) + epilogue + sums + 1024 <= SMEM_BYTES
 
 
 @pytest.mark.parametrize(
@@ -78,11 +82,14 @@ def test_the_space_obeys_every_constraint_of_the_kernel(m, n, k):
             assert (c.block_m // c.cluster_n) % 8 == 0, c
             rows, columns = _kernel_dims(m, n, c.swap_ab)
             assert c.cluster_m <= -(-rows // c.block_m) and c.cluster_n <= -(-columns // c.block_n), c
-            size = c.cluster_m * c.cluster_n
-            assert c.num_stages == heuristic.max_stages(c.block_n, c.block_m, c.swap_ab, size), c
-            assert _stages_fit(c.block_m, c.block_n, c.swap_ab, c.num_stages, size), c
+            size, ck = c.cluster_m * c.cluster_n, c.cluster_k
+            assert c.num_stages == heuristic.max_stages(c.block_n, c.block_m, c.swap_ab, size, ck), c
+            assert _stages_fit(c.block_m, c.block_n, c.swap_ab, c.num_stages, size, ck), c
             assert c.num_stages == heuristic.MAX_STAGES or not _stages_fit(
-                c.block_m, c.block_n, c.swap_ab, c.num_stages + 1, size), c  # fmt: skip
+                c.block_m, c.block_n, c.swap_ab, c.num_stages + 1, size, ck), c  # fmt: skip
+            # [12] a split in the cluster: 2 or 4 slices, no other cluster or cut, one wgmma m64 per consumer
+            assert ck in (1, 2, 4) and (ck == 1 or (size == 1 and c.split_k == 1 and not c.stream_k)), c
+            assert ck == 1 or (c.block_m <= 128 and k_tiles // ck >= heuristic.MIN_K_TILES_PER_WORKER), c
             assert 1 <= c.split_k <= k_tiles and c.stream_k in (0, 1, 2) and (c.split_k == 1 or not c.stream_k), c
             a_rows, b_rows = c.block_m // c.cluster_n, c.block_n // c.cluster_m  # the kernel's A and B
             if c.swap_ab:
@@ -165,13 +172,14 @@ def test_the_shipped_tile_wins_where_it_fills_every_round():
 
 def test_small_m_streams_the_weight_from_enough_sms_to_reach_hbm():
     """M = 1: the tokens as wgmma's N (8 wide), and enough workers that their streams add up to nearly HBM's rate:
-    split-K where the weight's tiles alone are too few (2112 x 7168: 33 tiles of 64 rows), none where they
-    are enough (4096 x 4096: 64 tiles, which the record timed 8% faster than split-K over 128 SMs)."""
+    K cut where the weight's tiles alone are too few (2112 x 7168: 33 tiles of 64 rows; [12] in clusters of
+    two, which lab/results/h200/cluster_k.json timed 14% faster than split-K over 132 SMs), not where they are
+    enough (4096 x 4096: 64 tiles, which the record timed 8% faster than split-K over 128 SMs)."""
     for n, k, cut in ((4096, 4096, False), (2112, 7168, True), (28672, 4096, False)):
         pick = heuristic.choose(1, n, k, 132)
         work = heuristic.schedule(1, n, k, pick.tiling(), 132)
-        busy = work.workers * pick.cluster_m * pick.cluster_n
-        assert pick.swap_ab and pick.block_n == 8 and (pick.split_k > 1) == cut, (n, pick)
+        busy = work.workers * pick.cluster_m * pick.cluster_n * pick.cluster_k
+        assert pick.swap_ab and pick.block_n == 8 and (pick.split_k * pick.cluster_k > 1) == cut, (n, pick)
         assert busy * heuristic.SM_HBM_GBS >= 0.9 * heuristic.HBM_GBS, (n, pick)  # 64 x 60 GB/s: 3.84 TB/s
 
 
@@ -651,8 +659,9 @@ def test_the_model_launches_cut_tiles_without_pdl():
     assert not pays(heuristic.Tiling(64, 8, split_k=2, swap_ab=True))
     assert not pays(heuristic.Tiling(64, 8, stream_k=1, swap_ab=True))
     assert not pays(heuristic.Tiling(128, 256), heuristic.PDL_BELOW_US)
+    assert not pays(heuristic.Tiling(64, 8, swap_ab=True, cluster_k=2))  # [12] not timed with PDL
     cut = heuristic.choose(1, 2112, 7168, 132)
-    assert cut.split_k > 1 and not cut.pdl
+    assert (cut.split_k > 1 or cut.cluster_k > 1) and not cut.pdl
 
 
 @pytest.mark.parametrize(("busy", "m", "pays"), [(66, 1, True), (67, 1, False), (96, 16, False), (99, 127, False),

@@ -240,7 +240,7 @@ def test_a_call_runs_the_callers_config_then_the_tables_then_the_models(h200, mo
     assert chosen_config(problem, 0, mine) == (mine, "caller")  # the caller's comes before the table
     monkeypatch.setattr(plan, "device_limits", lambda device: DeviceLimits(78, 232_448, (9, 0)))
     monkeypatch.setattr(plan, "device_name", lambda device: "NVIDIA H100 PCIe")  # no table: the model, its SMs
-    m, n, k = 1, 2112, 7168  # split-K 3 over 132 SMs, 2 over 78
+    m, n, k = 32, 7168, 2048  # swapped 64 x 32 tiles on 132 SMs, plain 64 x 96 on 78
     x, w = _gpu_array((m, k)), _gpu_array((n, k), ptr=0x800000).T
     assert chosen_config(check_operands(x, w), 0) == (heuristic.choose(m, n, k, 78).config(), "heuristic")
     assert heuristic.choose(m, n, k, 78).config() != heuristic.choose(m, n, k, 132).config()

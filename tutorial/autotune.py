@@ -68,7 +68,8 @@ def family(choice: heuristic.Choice) -> tuple[bool, str, bool, bool]:
     """What the model may misjudge as a whole, so autotune times the best of each: the orientation (plain or
     swap AB), the schedule (data-parallel, split-K, stream-K 1 or 2), whether there is a cluster, and whether
     the tile is 256 rows (two m64 per consumer: the model prices it as the 128-row tile of the same area)."""
-    schedule = f"stream-k {choice.stream_k}" if choice.stream_k else "split-k" if choice.split_k > 1 else "tiles"
+    schedule = (f"stream-k {choice.stream_k}" if choice.stream_k else "split-k" if choice.split_k > 1
+                else "cluster-k" if choice.cluster_k > 1 else "tiles")  # fmt: skip
     return choice.swap_ab, schedule, choice.cluster_m * choice.cluster_n > 1, choice.block_m == heuristic.WIDE_BLOCK_M
 
 
