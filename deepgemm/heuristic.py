@@ -17,8 +17,9 @@ where that operand is MN-major). A cluster's tiles are a *cluster tile*; sm_coun
 CLUSTER_N) clusters fit at once (the *slots*). The schedule is data-parallel (a cluster tile per worker a
 round), split-K (every tile cut into SPLIT_K slices of K, each a unit of work), or stream-K
 (`model.stream_k_schedule`: STREAM_K 1 cuts the last, partial round of tiles along K over every slot;
-STREAM_K 2 that round and the full one before it). Pipeline stages: as many as fit beside the epilogue's
-store boxes (`max_stages`).
+STREAM_K 2 that round and the full one before it), or a split in the cluster (CLUSTER_K 2 or 4: the
+cluster's CTAs take one tile, each a slice of K, and sum their parts in shared memory, not global memory).
+Pipeline stages: as many as fit beside the epilogue's store boxes and the split's slots (`max_stages`).
 
 The space is pruned to what can win:
 
@@ -31,7 +32,8 @@ The space is pruned to what can win:
 - **Split-K** only while the tiles leave half the slots idle and the slices fit in one round (a second,
   partial round is what stream-K evens out), each slice at least MIN_K_TILES_PER_WORKER k-tiles long;
   **stream-K** only where the last round of tiles is partial. No split-K under BLOCK_M 256: where tiles
-  are too few to fill the SMs, narrower ones are the cure.
+  are too few to fill the SMs, narrower ones are the cure. **A split in the cluster** on split-K's terms, for
+  64-row tiles up to 128 wide without another cluster, all its clusters in one round.
 
 That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 777 x 4096 x 4096: 974,
 3889 x 1000 x 1000: 1,231); `choose` prices them in about 5 to 10 us each, 1 to 12 ms of pure Python
@@ -51,7 +53,8 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
   a CTA fetches.
 - **The fix-up** of a tile cut along K: its partials, fp32 BLOCK_M x BLOCK_N blocks, written and read back,
   2 x contributors x BLOCK_M x BLOCK_N x 4 bytes at PARTIAL_BYTES_PER_CLOCK for every cut tile a worker
-  takes part in, and FIXUP_US for the wait on the tile's turnstile and the sum.
+  takes part in, and FIXUP_US for the wait on the tile's turnstile and the sum; a split in the cluster pays
+  CLUSTER_SUM_US for each CTA past the first instead: nothing of it crosses global memory.
 - **HBM** bounds the whole: A, B and C each cross it once, at HBM_GBS, or at SM_HBM_GBS per busy SM where
   too few stream to reach it (an SM keeps only so many bytes in flight). Small M is this case: at M = 1
   the kernel only has to stream B (32 MB at N = K = 4096), and the model wants enough workers (split-K,
@@ -91,15 +94,18 @@ They are fitted to this kernel's autotune record (FP16, the 102 problems of the 
 model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
 free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
-space with 256-row tiles; results/h200/autotune.json) the model's first choice among the timed candidates
-is on average 2.5% slower than the fastest (at worst 18.0%; 4 of the 102 over 10%); its estimates are
-within 0.83 to 1.08 times the measured time for 80% of the candidates (`model_accuracy`;
-`tests/test_heuristic.py` checks these numbers against the record). Fitted on half the layers (N x K) and
-scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
---cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 96, 384
-and 512 x 4096 x 4096 and 512 x 24576 x 1536, 14% to 18% behind a swapped tile the model prices level with
-the plain one it picks or up to 12% dearer: swapped tiles store C through TMA since the model was fitted,
-and it prices no epilogue apart. Over the lab's sweeps of the space (lab/results/h200/library_space*.json,
+space with 256-row tiles, 41 of them timed again with splits in the cluster; results/h200/autotune.json)
+the model's first choice among the timed candidates is on average 2.7% slower than the fastest (at worst
+21.5%; 5 of the 102 over 10%); its estimates are within 0.82 to 1.08 times the measured time for 80% of the
+candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers against the record). The worst
+is a split in the cluster 256 wide (256 x 4096 x 7168), which the record timed because the space offered it
+then and which it no longer offers: among what it offers, the model's pick is 2.4% from the fastest on
+average, 18.0% at worst, 3 over 10%. Fitted on half the layers (N x K) and scored on the other half, the
+power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic --cross`). The aim is 3% on
+average and 10% at worst. The misses left (notes/heuristic_regret.md): at 384 and 512 x 4096 x 4096 and 512
+x 24576 x 1536, 16% to 18% behind a swapped tile the model prices level with the plain one it picks or up to
+12% dearer: swapped tiles store C through TMA since the model was fitted, and it prices no epilogue apart.
+Over the lab's sweeps of the space (lab/results/h200/library_space*.json,
 21 problems, mid M among them with the model's 24 cheapest each) its first choice is within 5.1% of the
 fastest (1.2% on average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing
 no cluster where the one sharing the weight ran 3 to 16% faster.
@@ -140,7 +146,9 @@ SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 STREAM_KS = (1, 2)  # stream-K over the partial round, or over it and the full round before it
 CLUSTER_KS = (2, 4)  # [12] a tile's slices of K in one cluster, summed in its shared memory ...
 CLUSTER_K_BLOCK_M = 64  # ... of one consumer warpgroup: in lab/results/h200/cluster_k.json every 128-row tile split
-# so (its slots cost it stages) lost to the same split of 64-row tiles or to the table's entry
+# so (its slots cost it stages) lost to the same split of 64-row tiles or to the table's entry ...
+CLUSTER_K_MAX_BLOCK_N = 128  # ... and at most 128 wide (8 stages or more): in the autotune record of 170e37d the
+# splits 256 wide (4 stages) ran 7 to 22% slower than the model's estimate and lost at all five shapes
 SMEM_BYTES = 227 * 1024  # what one CTA may use
 ALIGN_BYTES = 1024  # the 128-byte swizzle wants 1024-byte aligned tiles: slack for aligning the first
 BARRIER_BYTES = 16  # per stage: its full and empty mbarriers
@@ -178,9 +186,9 @@ XBAR_GBS = 12000.0  # what the crossbar carries from L2 to the SMs: every cluste
 # candidates, 3.5% -> 2.6%, worst 32.9% -> 22.2% (lab.fit_heuristic)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
-CLUSTER_SUM_US = 1.5  # [12] a split in the cluster, per CTA past the first: its part sent, summed, the cluster's
-# start (fitted to lab/results/h200/cluster_k.json, 12 shapes: the first choice within 2.1% of the fastest timed,
-# 0.5% on average; at 0.3 to 1.0 it chose 64 x 64 slices of two at 128 x 2112 x 7168, 8% behind split-K)
+CLUSTER_SUM_US = 1.0  # [12] a split in the cluster, per CTA past the first: its part sent, summed, the cluster's
+# start (fitted to the autotune record of 170e37d, whose 41 shapes timed splits in the cluster: 1.0 to 3.0 move
+# the mean regret by 0.2%)
 POWER_TFLOPS = 700.0  # the MMAs' sustained rate, all SMs together, at the 700 W cap: the clock falls to keep
 # the power there, so it is the work computed that sets the time, not how it is spread over the SMs (fitted)
 LAUNCH_US = 4.7  # a launch and its ramp: the first k-tiles' latency, the last tile's epilogue (fitted)
@@ -572,7 +580,7 @@ def tilings(m: int, n: int, k: int, sm_count: int, swap_ab: bool) -> list[Tiling
                 found += [Tiling(block_m, block_n, cm, cn, split_k=s, swap_ab=swap_ab) for s in splits]
                 found += [Tiling(block_m, block_n, cm, cn, stream_k=s, swap_ab=swap_ab)
                           for s in useful_stream_ks(tiles, free)]  # fmt: skip
-                if cm * cn == 1 and block_m == CLUSTER_K_BLOCK_M:
+                if cm * cn == 1 and block_m == CLUSTER_K_BLOCK_M and block_n <= CLUSTER_K_MAX_BLOCK_N:
                     found += [Tiling(block_m, block_n, swap_ab=swap_ab, cluster_k=ck)
                               for ck in useful_cluster_ks(tiles, k, sm_count)]  # fmt: skip
     return found

@@ -7,7 +7,8 @@
 #   scripts/h200_record.sh sanitize compute-sanitizer on v3-v5 and on the library kernel where a CTA runs several
 #                                   tiles, with split-K and with swap AB (sanitizer.txt, sanitizer_library.txt)
 #   scripts/h200_record.sh sanitize-streamk  compute-sanitizer on the library kernel's stream-K (swap AB at odd M,
-#                                   clusters of 4, one and two rounds cut, 256-row tiles) and split-K with swap AB at odd M
+#                                   clusters of 4, one and two rounds cut, 256-row tiles), split-K with swap AB at odd M
+#                                   and splits in the cluster (CLUSTER_K 2 swapped at odd M, 4 over several rounds)
 #                                   (sanitizer_library_streamk.txt)
 #   scripts/h200_record.sh callhost the library call's host side against the tree in .old (lab's call_host.json)
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
@@ -142,7 +143,9 @@ elif [ "$part" = sanitize-streamk ]; then  # the schedules that cut tiles, at od
               "2500x3000x200 BLOCK_M=64,BLOCK_N=128,CLUSTER_M=2,CLUSTER_N=2,STREAM_K=2" \
               "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
               "777x2112x1000,300x520x200 BLOCK_M=256,BLOCK_N=112,CLUSTER_M=2,STREAM_K=1,SWAP_AB=1,NUM_STAGES=4" \
-              "1000x4096x1040 BLOCK_M=256,BLOCK_N=128,CLUSTER_M=2,STREAM_K=1,NUM_STAGES=4"; do
+              "1000x4096x1040 BLOCK_M=256,BLOCK_N=128,CLUSTER_M=2,STREAM_K=1,NUM_STAGES=4" \
+              "17x2112x7168,9x5000x1000 BLOCK_M=64,BLOCK_N=24,CLUSTER_M=1,CLUSTER_K=2,SWAP_AB=1,NUM_STAGES=8" \
+              "300x7000x4160 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=1,CLUSTER_K=4,NUM_STAGES=4"; do
     set -- $spec
     STAGES=library SHAPES=$1 KNOBS=$2 APPEND=${appended:-0} timeout 300 \
       bash scripts/sanitize.sh results/h200/sanitizer_library_streamk.txt > /dev/null
