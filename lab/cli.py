@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lab import RESULTS_DIR, coalescer, gpc, kernel_probe, rounds, sweeps, tile_order
+from lab import RESULTS_DIR, cluster_k, coalescer, gpc, kernel_probe, rounds, sweeps, tile_order
 from tutorial import results
 from tutorial.bench import bench_variants
 from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
@@ -47,6 +47,7 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
     "tile_order": "python -m lab.tile_order --record",
+    "cluster_k": "python -m lab.cluster_k --record",
     "dynamic_units": "python -m lab.dynamic_units --record at commit 4f7b117, whose library kernel took its units "
     f"from a counter (DYNAMIC_UNITS); it never ran faster, and was taken out; {GONE} (notes/streaming_tail.md)",
     "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
@@ -100,6 +101,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "v5_hiding": rounds.summary_lines,
         "v5_cluster_n": rounds.summary_lines,
         "tile_order": tile_order.lines,
+        "cluster_k": cluster_k.lines,
     }
     probe = kernel_probe.lines if args.name.startswith("kernel_probe") else None  # each shape's comparisons
     return show(args.name, summaries.get(args.name, probe))
