@@ -659,9 +659,9 @@ def test_the_model_launches_cut_tiles_without_pdl():
     assert not pays(heuristic.Tiling(64, 8, split_k=2, swap_ab=True))
     assert not pays(heuristic.Tiling(64, 8, stream_k=1, swap_ab=True))
     assert not pays(heuristic.Tiling(128, 256), heuristic.PDL_BELOW_US)
-    assert not pays(heuristic.Tiling(64, 8, swap_ab=True, cluster_k=2))  # [12] not timed with PDL
-    cut = heuristic.choose(1, 2112, 7168, 132)
-    assert (cut.split_k > 1 or cut.cluster_k > 1) and not cut.pdl
+    assert pays(heuristic.Tiling(64, 8, swap_ab=True, cluster_k=2))  # [12] no fix-up in global memory
+    cut = heuristic.choose(1, 1024, 8192, 132)  # 16 weight tiles: split-K in global memory
+    assert cut.split_k > 1 and not cut.pdl
 
 
 @pytest.mark.parametrize(("busy", "m", "pays"), [(66, 1, True), (67, 1, False), (96, 16, False), (99, 127, False),
