@@ -164,7 +164,8 @@ constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces,
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_TILE_BYTES = BLOCK_N * BLOCK_K * (int)sizeof(elem_t);
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;  // what one stage's full barrier expects
-constexpr int CLUSTER_SIZE = CLUSTER_M * CLUSTER_N * CLUSTER_K;  // rank r: tile row r % CLUSTER_M, column r / CLUSTER_M; [12] slice r
+// Rank r: tile row r % CLUSTER_M, column r / CLUSTER_M; [12] with CLUSTER_K, the slice of K r.
+constexpr int CLUSTER_SIZE = CLUSTER_M * CLUSTER_N * CLUSTER_K;
 constexpr int A_BOX_ROWS = BLOCK_M / CLUSTER_N;           // the rows of A one CTA loads and multicasts
 constexpr int A_BOX_BYTES = A_BOX_ROWS * BLOCK_K * (int)sizeof(elem_t);
 constexpr int B_BOX_ROWS = BLOCK_N / CLUSTER_M;           // the rows of B one CTA loads and multicasts
@@ -990,8 +991,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
     const int rank = CLUSTER_SIZE > 1 ? (int)cluster_ctarank() : 0;  // = blockIdx.x % CLUSTER_SIZE
     const int rank_m = CLUSTER_N > 1 ? rank % CLUSTER_M : CLUSTER_K > 1 ? 0 : rank;
     const int rank_n = CLUSTER_N > 1 ? rank / CLUSTER_M : 0;
-    // [12] The slice of K this CTA computes. Read from lane 0, it is provably the same in every lane, so the
-    // k-loop's bounds and the descriptors stay in uniform registers.
+    // [12] The slice of K this CTA computes, read from lane 0: provably the same in every lane, as the
+    // warpgroup index is below.
     const int rank_k = CLUSTER_K > 1 ? __shfl_sync(0xffffffffu, rank, 0) : 0;
     const int k_tiles = (K + BLOCK_K - 1) / BLOCK_K;  // the last one is zero-filled past K by TMA
     // [6] Whole tiles first, then the cut ones' workers.
@@ -1300,7 +1301,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         if (lane == 0) bulk_wait_group<0>();
     }
 #if CLUSTER_M * CLUSTER_N * CLUSTER_K > 1
-    // [2] The other CTAs may still arrive on this CTA's barriers ([12] or send to it): none leaves before all are done.
+    // [2] The other CTAs may still arrive on this CTA's barriers ([12] or send to it): none leaves before all
+    // are done.
     __syncwarp();
     cluster_sync();
 #endif
