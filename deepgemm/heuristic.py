@@ -312,7 +312,7 @@ def max_stages(
     return min(MAX_STAGES, (SMEM_BYTES - epilogue - ALIGN_BYTES) // stage)
 
 
-STRIP_ROWS = 16  # a consumer warp's rows of one wgmma m64 fragment
+STRIP_ROWS = 16  # a consumer warp's rows of one wgmma m64 fragment: one split-K counter, one [12] slot each
 
 
 def cluster_sum_bytes(block_n: int, block_m: int, cluster_k: int) -> int:
@@ -374,7 +374,11 @@ CLUSTER_SLOTS = {132: {1: 132, 2: 66, 4: 30, 8: 15}}
 
 def slots(t: Tiling, sm_count: int) -> int:
     """Clusters that fit on the GPU at once."""
-    size = t.cluster_m * t.cluster_n * t.cluster_k
+    return cluster_slots(t.cluster_m * t.cluster_n * t.cluster_k, sm_count)
+
+
+def cluster_slots(size: int, sm_count: int) -> int:
+    """Clusters of `size` CTAs that fit on the GPU at once."""
     return CLUSTER_SLOTS.get(sm_count, {}).get(size, sm_count // size)
 
 
@@ -557,7 +561,7 @@ def useful_cluster_ks(tiles: int, k: int, sm_count: int) -> list[int]:
     clusters in one round."""
     k_tiles = ceil_div(k, BLOCK_K)
     return [ck for ck in CLUSTER_KS if 2 * tiles <= sm_count and k_tiles // ck >= MIN_K_TILES_PER_WORKER
-            and tiles <= slots(Tiling(MAX_BLOCK_M, MAX_BLOCK_N, cluster_k=ck), sm_count)]  # fmt: skip
+            and tiles <= cluster_slots(ck, sm_count)]  # fmt: skip
 
 
 def useful_stream_ks(tiles: int, slots: int) -> list[int]:

@@ -36,7 +36,7 @@ from deepgemm.driver import (
 from deepgemm.dtypes import FLOAT32, OUTPUT_DTYPES, dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.frameworks import Cupy, Torch
-from deepgemm.heuristic import WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, pick_config
+from deepgemm.heuristic import STRIP_ROWS, WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, pick_config
 from deepgemm.jit import LIBRARY_KERNEL, get_kernel, launch_facts
 from deepgemm.model import (
     balanced_workers,
@@ -59,7 +59,6 @@ from deepgemm.tma import encode_spec, operand_box, read_in_place, read_mn_major,
 
 MIN_CC = (9, 0)  # wgmma and setmaxnreg: sm_90a, Hopper only
 SWIZZLE_BYTES = 128  # one 64-element row of K is exactly one 128-byte swizzle span
-STRIP_ROWS = 16  # rows of C per consumer warp: one split-K counter each
 PLACEHOLDER_ADDRESS = 1 << 20  # 16-byte aligned; the driver reads nothing there, and every launch re-points
 DEFAULTS = GemmConfig(
     block_m=128,
@@ -143,14 +142,22 @@ def check_config(cfg: GemmConfig) -> None:
         raise ValueError(f"SPLIT_K = {split} and STREAM_K = {cfg.value('STREAM_K')}: the tiles are cut one way or "
                          "the other, not both")  # fmt: skip
     require_in(cfg, "CLUSTER_K", CLUSTER_SIDES, "CTAs of a cluster on one tile, each a slice of K")
-    cut = {"CLUSTER_M": cluster_m, "CLUSTER_N": cluster_n, "SPLIT_K": split, "STREAM_K": cfg.value("STREAM_K")}
-    if cfg.value("CLUSTER_K") > 1 and cut != {"CLUSTER_M": 1, "CLUSTER_N": 1, "SPLIT_K": 1, "STREAM_K": 0}:
-        knobs = ", ".join(f"{name} = {value}" for name, value in cut.items())
-        raise ValueError(f"CLUSTER_K = {cfg.value('CLUSTER_K')} sums a tile's slices of K inside the cluster: it takes "
-                         f"no multicast cluster and no other cut, not {knobs}")  # fmt: skip
-    if cfg.value("CLUSTER_K") > 1 and cfg.value("BLOCK_M") > MAX_CLUSTER_K_BLOCK_M:
-        raise ValueError(f"CLUSTER_K = {cfg.value('CLUSTER_K')} takes BLOCK_M up to {MAX_CLUSTER_K_BLOCK_M}, not "
-                         f"{cfg.value('BLOCK_M')}")  # fmt: skip
+    check_cluster_k(cfg)
+
+
+def check_cluster_k(cfg: GemmConfig) -> None:
+    """[12] A split in the cluster: no multicast cluster, no other cut, BLOCK_M up to MAX_CLUSTER_K_BLOCK_M."""
+    cluster_k = cfg.value("CLUSTER_K")
+    if cluster_k == 1:
+        return
+    others = {name: cfg.value(name) for name in ("CLUSTER_M", "CLUSTER_N", "SPLIT_K", "STREAM_K")}
+    if others != {"CLUSTER_M": 1, "CLUSTER_N": 1, "SPLIT_K": 1, "STREAM_K": 0}:
+        knobs = ", ".join(f"{name} = {value}" for name, value in others.items())
+        raise ValueError(f"CLUSTER_K = {cluster_k} sums a tile's slices of K inside the cluster: it takes no "
+                         f"multicast cluster and no other cut, not {knobs}")  # fmt: skip
+    if cfg.value("BLOCK_M") > MAX_CLUSTER_K_BLOCK_M:
+        raise ValueError(f"CLUSTER_K = {cluster_k} takes BLOCK_M up to {MAX_CLUSTER_K_BLOCK_M}, "
+                         f"not {cfg.value('BLOCK_M')}")  # fmt: skip
 
 
 def check_split(split: int, k: int, block_k: int, knob: str = "SPLIT_K") -> None:

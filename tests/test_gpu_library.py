@@ -327,6 +327,26 @@ def test_library_swap_ab_fuses_the_epilogue_repeats_bit_for_bit_and_reads_an_mn_
     assert verify(launch, reference(a, b), launch.out).passed
 
 
+def _repeats_bit_for_bit(launcher, a, b, launch, what, **options):
+    """The planned `launch` of (a, b, options) run three more times, then its plan three times into an out of
+    its own on each of four streams at once: every result bit-identical to the first. Returns the first."""
+    import cupy
+
+    first = launch().copy()
+    for _ in range(3):
+        assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), f"{what} differs run to run"
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
+    outs = [cupy.empty_like(first) for _ in streams]
+    for stream, out in zip(streams, outs):
+        with stream:
+            for _ in range(3):
+                launcher.plan(a, b, out, **options)()
+    for stream, out in zip(streams, outs):
+        stream.synchronize()
+        assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), f"{what} differs across streams"
+    return first
+
+
 def _failures_over(launcher, configs, shapes, dtype, seed, layouts=("k",)):
     """Every config at every shape (and b layout: "k" K-major, "mn" MN-major where the config reads it in
     whole boxes), verified on fresh inputs: the list of what failed, named."""
@@ -474,7 +494,6 @@ def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_str
     one and two rounds cut, runs that cross from one tile into the next, K short enough that the workers are
     fewer than the SMs, bias (16-bit, of the other type than the input's and output's) and GELU applied by the
     last part; then the same plan again and on four streams, every result bit-identical to the first."""
-    import cupy
 
     from deepgemm.config import GemmConfig
     from deepgemm.dtypes import BFLOAT16, FLOAT16, input_dtype
@@ -492,18 +511,7 @@ def test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_str
     launch = launcher.plan(a, b, bias=bias, activation="gelu_tanh", config=cuts[0])
     assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
     assert _reads_bias_in_place(launch)
-    first = launch().copy()
-    for _ in range(3):
-        assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K is not deterministic"
-    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
-    outs = [cupy.empty_like(first) for _ in streams]
-    for stream, out in zip(streams, outs):
-        with stream:
-            for _ in range(3):
-                launcher.plan(a, b, out, bias=bias, activation="gelu_tanh", config=cuts[0])()
-    for stream, out in zip(streams, outs):
-        stream.synchronize()
-        assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), "stream-K differs across streams"
+    _repeats_bit_for_bit(launcher, a, b, launch, "stream-K", bias=bias, activation="gelu_tanh", config=cuts[0])
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -532,23 +540,12 @@ def test_library_split_k_in_the_cluster_matches_reference_and_repeats_bit_for_bi
     config = sliced[0]
     launch = launcher.plan(a, b, config=config)
     assert verify(launch, reference(a, b), launch.out).passed
-    first = launch().copy()
-    for _ in range(5):
-        assert bool((launch().view(cupy.uint8) == first.view(cupy.uint8)).all()), "CLUSTER_K differs run to run"
+    first = _repeats_bit_for_bit(launcher, a, b, launch, "CLUSTER_K", config=config)
     pdl = GemmConfig(block_m=64, block_n=8, extra={**config.extra, "PDL": 1})
     outs = [cupy.empty_like(first) for _ in range(20)]
     for out in outs:  # queued back to back: each prologue overlaps the launch before
         launcher.plan(a, b, out, config=pdl)()
     assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), "PDL chain differs"
-    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
-    outs = [cupy.empty_like(first) for _ in streams]
-    for stream, out in zip(streams, outs):
-        with stream:
-            for _ in range(3):
-                launcher.plan(a, b, out, config=config)()
-    for stream, out in zip(streams, outs):
-        stream.synchronize()
-        assert bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()), "CLUSTER_K differs across streams"
 
 
 def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrote():

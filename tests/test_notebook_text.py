@@ -693,9 +693,10 @@ def test_notebook_07_says_which_records_show_determinism():
     text = flat(markdown(nb))
     test = "test_library_stream_k_matches_reference_and_repeats_bit_for_bit_on_every_stream"
     gpu_tests = (REPO / "tests" / "test_gpu_library.py").read_text()
-    body = gpu_tests[gpu_tests.index(f"def {test}(") :]
-    body = body[: body.index("\ndef ", 1)]
-    assert "four streams" in text and "range(4)" in body and ".view(cupy.uint8) == first.view(cupy.uint8)" in body
+    body, helper = (gpu_tests[gpu_tests.index(f"def {name}(") :] for name in (test, "_repeats_bit_for_bit"))
+    body, helper = (part[: part.index("\ndef ", 1)] for part in (body, helper))
+    assert "four streams" in text and "_repeats_bit_for_bit(" in body and "range(4)" in helper
+    assert ".view(cupy.uint8) == first.view(cupy.uint8)" in helper
     assert f"`tests/test_gpu_library.py::{test}`" in text and test in source(cell(nb, "07-determinism-live"))
     assert "the records of this kernel are the evidence" in text
     suite = (REPO / "results" / "h200" / "gpu_library.txt").read_text()  # quiet: only a failure is named

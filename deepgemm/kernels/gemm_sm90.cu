@@ -277,32 +277,22 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
 // Waits until the phase with the given parity has completed. Without a time hint, try_wait gives up after
 // a short, system-dependent time and the loop spins, issuing instructions for nothing; with one, the
 // thread sleeps (NANOSLEEP.SYNCS in SASS) until the barrier changes or the hint's time has passed. On a
-// card held at its power limit, every instruction issued is clock taken from the tensor cores.
+// card held at its power limit, every instruction issued is clock taken from the tensor cores. [12] With
+// ACQUIRE_CLUSTER, the wait also acquires at cluster scope what other CTAs of the cluster wrote before the
+// phase completed.
 constexpr unsigned WAIT_SUSPEND_HINT_NS = 10000000;  // an upper bound only: the phase change wakes the thread
+template <bool ACQUIRE_CLUSTER = false>
 __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {
     unsigned done = 0;
     do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
-    } while (!done);
-}
-
-// [12] The same wait, acquiring at cluster scope what other CTAs of the cluster wrote before its completion.
-__device__ __forceinline__ void mbarrier_wait_parity_cluster(unsigned bar, unsigned parity) {
-    unsigned done = 0;
-    do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
+        if constexpr (ACQUIRE_CLUSTER)
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
+        else
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(bar), "r"(parity), "n"(WAIT_SUSPEND_HINT_NS) : "memory");
     } while (!done);
 }
 
@@ -843,7 +833,7 @@ __device__ __forceinline__ bool sum_in_cluster(float (&acc)[N_ACC], unsigned sum
         return false;
     }
     if (lane == 0) mbarrier_arrive_expect_tx(sum_full0 + owned * 8, (CLUSTER_K - 1) * STRIP_BYTES);
-    mbarrier_wait_parity_cluster(sum_full0 + owned * 8, parity);
+    mbarrier_wait_parity<true>(sum_full0 + owned * 8, parity);
     // In rank order: the parts before this CTA's own summed first, then its own added (x + y is y + x in fp32),
     // then each part after it. Slot q - 1 holds part q > rank, slot q part q < rank.
 #pragma unroll
