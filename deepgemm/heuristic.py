@@ -221,6 +221,7 @@ class Tiling(NamedTuple):
     stream_k: int = 0
     swap_ab: bool = False
     cluster_k: int = 1  # [12] CTAs of a cluster on one tile, each a slice of K, summed in shared memory
+    pingpong: bool = False  # [13] the two consumer warpgroups on alternate tiles
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ def tiling_of(cfg: GemmConfig) -> Tiling:
     extra = cfg.extra
     return Tiling(cfg.block_m or MAX_BLOCK_M, cfg.block_n, extra.get("CLUSTER_M", 1), extra.get("CLUSTER_N", 1),
                   extra.get("SPLIT_K", 1), extra.get("STREAM_K", 0), bool(extra.get("SWAP_AB", 0)),
-                  extra.get("CLUSTER_K", 1))  # fmt: skip
+                  extra.get("CLUSTER_K", 1), bool(extra.get("PINGPONG", 0)))  # fmt: skip
 
 
 def config_name(cfg: GemmConfig) -> str:
@@ -276,14 +277,15 @@ def config_name(cfg: GemmConfig) -> str:
     cluster = f"c{t.cluster_m}" + (f"x{t.cluster_n}" if t.cluster_n > 1 else "") + (
         f" k{t.cluster_k}" if t.cluster_k > 1 else "")
     schedule = f"sk{t.stream_k}" if t.stream_k else f"s{t.split_k}"
+    pingpong = " pp" if cfg.extra.get("PINGPONG") else ""  # [13] the consumer warpgroups on alternate tiles
     pdl = " pdl" if cfg.extra.get("PDL") else ""  # launched with programmatic dependent launch
     jit = " jit" if cfg.extra.get("SHAPE_JIT") else ""  # the weight's N and K compiled in
-    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pdl}{jit}"
+    return f"{front}n{t.block_n} {cluster} {schedule} st{cfg.num_stages}{pingpong}{pdl}{jit}"
 
 
 NAMED_BLOCK_MS = (64, WIDE_BLOCK_M)  # the sm_90a kernel's BLOCK_M other than 128, named in a label
 NAME = re.compile(
-    r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))?(?: k(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pdl)?( jit)?"
+    r"(swap )?(?:m(64|256) )?n(\d+) c(\d+)(?:x(\d+))?(?: k(\d+))? (?:s(\d+)|sk(\d+)) st(\d+)( pp)?( pdl)?( jit)?"
 )
 
 
@@ -292,24 +294,31 @@ def config_from_name(name: str) -> GemmConfig:
     found = NAME.fullmatch(name)
     if found is None:
         raise ValueError(f"{name!r} is not a config name such as 'n256 c2 s1 st4' or 'swap n200 c1x4 sk1 st8'")
-    swap, block_m, block_n, cluster_m, cluster_n, cluster_k, split, stream, stages, pdl, jit = found.groups()
+    swap, block_m, block_n, cluster_m, cluster_n, cluster_k, split, stream, stages, pp, pdl, jit = found.groups()
     return config_from_fields({
         "block_m": int(block_m or MAX_BLOCK_M), "block_n": int(block_n), "num_stages": int(stages),
         "CLUSTER_M": int(cluster_m), "CLUSTER_N": int(cluster_n or 1), "SPLIT_K": int(split or 1),
         "STREAM_K": int(stream or 0), "SWAP_AB": int(bool(swap)), "PDL": int(bool(pdl)), "SHAPE_JIT": int(bool(jit)),
-        "CLUSTER_K": int(cluster_k or 1),
+        "CLUSTER_K": int(cluster_k or 1), "PINGPONG": int(bool(pp)),
     })  # fmt: skip
 
 
 def max_stages(
-    block_n: int, block_m: int = 128, swap_ab: bool = False, cluster_ctas: int = 1, cluster_k: int = 1
+    block_n: int, block_m: int = 128, swap_ab: bool = False, cluster_ctas: int = 1, cluster_k: int = 1,
+    pingpong: bool = False,
 ) -> int:
     """As many pipeline stages of a BLOCK_M x 64 A tile, a BLOCK_N x 64 B tile and their two barriers as fit
     beside the epilogue's store boxes (`store_box_bytes`), [12] the slots a split in the cluster sums in
     (`cluster_sum_bytes`) and the alignment slack; MAX_STAGES at most."""
     stage = (block_m + block_n) * BLOCK_K * ELEMENT_BYTES + BARRIER_BYTES
-    epilogue = store_box_bytes(block_n, block_m, swap_ab, cluster_ctas) + cluster_sum_bytes(block_n, block_m, cluster_k)
+    epilogue = store_box_bytes(block_n, block_m, swap_ab, cluster_ctas, pingpong) + cluster_sum_bytes(
+        block_n, block_m, cluster_k)
     return min(MAX_STAGES, (SMEM_BYTES - epilogue - ALIGN_BYTES) // stage)
+
+
+def stages_of(t: Tiling) -> int:
+    """`max_stages` for a tiling."""
+    return max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n, t.cluster_k, t.pingpong)
 
 
 STRIP_ROWS = 16  # a consumer warp's rows of one wgmma m64 fragment: one split-K counter, one [12] slot each
@@ -326,16 +335,16 @@ def cluster_sum_bytes(block_n: int, block_m: int, cluster_k: int) -> int:
     return slots + (strips + strips // cluster_k) * 8
 
 
-def store_box_bytes(block_n: int, block_m: int, swap_ab: bool, cluster_ctas: int) -> int:
+def store_box_bytes(block_n: int, block_m: int, swap_ab: bool, cluster_ctas: int, pingpong: bool = False) -> int:
     """The epilogue's store boxes in shared memory, for a 16-bit C (an fp32 C^T, stored by pointer, needs
     none: it gets as many stages as a 16-bit one). Plain, 16 KB per consumer warpgroup; swapped, each warp's
     two boxes of 32-byte rows of C, as many rows as `swap_box_rows`, or none where C^T is stored by pointer
     (`c_by_pointer`)."""
     if not swap_ab:
-        return consumers(block_m) * EPILOGUE_BYTES_PER_WARPGROUP
+        return consumers(block_m, pingpong) * EPILOGUE_BYTES_PER_WARPGROUP
     if c_by_pointer(block_n, cluster_ctas):
         return 0
-    return consumers(block_m) * STORE_BOXES_PER_WARPGROUP * swap_box_rows(block_n) * SWAP_BOX_ROW_BYTES
+    return consumers(block_m, pingpong) * STORE_BOXES_PER_WARPGROUP * swap_box_rows(block_n) * SWAP_BOX_ROW_BYTES
 
 
 def swap_box_rows(block_n: int) -> int:
@@ -353,9 +362,10 @@ def c_by_pointer(block_n: int, cluster_ctas: int) -> bool:
     return cluster_ctas > 1 and block_n < SWAP_CLUSTER_TMA_FROM
 
 
-def consumers(block_m: int) -> int:
-    """The kernel's consumer warpgroups for a BLOCK_M: 64 rows each, or 128 (two m64) at WIDE_BLOCK_M."""
-    return min(block_m // BLOCK_M_STEP, MAX_BLOCK_M // BLOCK_M_STEP)
+def consumers(block_m: int, pingpong: bool = False) -> int:
+    """The kernel's consumer warpgroups for a BLOCK_M: 64 rows each, or 128 (two m64) at WIDE_BLOCK_M; [13] two
+    with ping-pong, each on its own tiles."""
+    return MAX_BLOCK_M // BLOCK_M_STEP if pingpong else min(block_m // BLOCK_M_STEP, MAX_BLOCK_M // BLOCK_M_STEP)
 
 
 # ---- the model ---------------------------------------------------------------------------------------------
@@ -635,7 +645,7 @@ def candidates(
 
 def priced(t: Tiling, estimate: float) -> Choice:
     """A tiling with as many stages as fit, and its estimate."""
-    stages = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n, t.cluster_k)
+    stages = stages_of(t)
     return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k,
                   cluster_k=t.cluster_k)
 
@@ -716,6 +726,7 @@ def config_fields(cfg: GemmConfig) -> dict[str, int]:
         "PDL": int(cfg.extra.get("PDL", 0)),
         **({"SHAPE_JIT": 1} if cfg.extra.get("SHAPE_JIT") else {}),  # [11] only where set: older rows read alike
         **({"CLUSTER_K": t.cluster_k} if t.cluster_k > 1 else {}),  # [12] likewise
+        **({"PINGPONG": 1} if cfg.extra.get("PINGPONG") else {}),  # [13] likewise
     }
 
 
@@ -733,6 +744,8 @@ def config_from_fields(fields: dict[str, int]) -> GemmConfig:
         extra["SHAPE_JIT"] = 1
     if fields.get("CLUSTER_K", 1) > 1:
         extra["CLUSTER_K"] = int(fields["CLUSTER_K"])
+    if fields.get("PINGPONG"):
+        extra["PINGPONG"] = 1
     block_m = int(fields.get("block_m", 128))
     return GemmConfig(
         block_m=block_m, block_n=int(fields["block_n"]), num_stages=int(fields["num_stages"]), extra=extra
@@ -752,7 +765,7 @@ def stages_that_fit(cfg: GemmConfig) -> GemmConfig:
     """An entry with no more stages than fit beside its store boxes: a table recorded before swapped tiles had
     store boxes (up to 32 KB) names as many as fit without them, and runs with one or two fewer."""
     t = tiling_of(cfg)
-    most = max_stages(t.block_n, t.block_m, t.swap_ab, t.cluster_m * t.cluster_n, t.cluster_k)
+    most = stages_of(t)
     return cfg if cfg.num_stages <= most else replace(cfg, num_stages=most)
 
 

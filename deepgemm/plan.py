@@ -71,6 +71,7 @@ DEFAULTS = GemmConfig(
         "CLUSTER_M": 2,
         "CLUSTER_N": 1,
         "CLUSTER_K": 1,
+        "PINGPONG": 0,
         "SPLIT_K": 1,
         "STREAM_K": 0,
         "SWAP_AB": 0,
@@ -85,6 +86,7 @@ CLUSTER_SIDES = (1, 2, 4)  # [9] CTAs along either side of a cluster ([12] or al
 MAX_CLUSTER = 8  # ... and in all: the portable cluster size
 BOX_ROW_MULTIPLE = 8  # a CTA's part of a tile is whole 8-row groups of the 128B swizzle (1024 bytes)
 MAX_CLUSTER_K_BLOCK_M = 128  # [12] a split in the cluster: one wgmma m64 per consumer warpgroup
+MAX_PINGPONG_BLOCK_M = 128  # [13] ping-pong: a tile per consumer warpgroup, one or two wgmma m64
 STREAM_K_ROUNDS = (0, 1, 2)  # [6] 0 off; else the rounds the cut part spans (model.stream_k_schedule)
 # The plan's schedule (the kernel only needs PARTIAL_TILES), how it launches, and [11] whether it compiles the
 # weight's dimensions in (FIXED_M or FIXED_N, and FIXED_K, `shape_defines`): never compiled in as they are.
@@ -143,6 +145,8 @@ def check_config(cfg: GemmConfig) -> None:
                          "the other, not both")  # fmt: skip
     require_in(cfg, "CLUSTER_K", CLUSTER_SIDES, "CTAs of a cluster on one tile, each a slice of K")
     check_cluster_k(cfg)
+    require_in(cfg, "PINGPONG", (0, 1), "1: the two consumer warpgroups take alternate tiles")
+    check_pingpong(cfg)
 
 
 def check_cluster_k(cfg: GemmConfig) -> None:
@@ -158,6 +162,20 @@ def check_cluster_k(cfg: GemmConfig) -> None:
     if cfg.value("BLOCK_M") > MAX_CLUSTER_K_BLOCK_M:
         raise ValueError(f"CLUSTER_K = {cluster_k} takes BLOCK_M up to {MAX_CLUSTER_K_BLOCK_M}, "
                          f"not {cfg.value('BLOCK_M')}")  # fmt: skip
+
+
+def check_pingpong(cfg: GemmConfig) -> None:
+    """[13] Ping-pong: a consumer warpgroup holds a whole tile (BLOCK_M up to MAX_PINGPONG_BLOCK_M), and every
+    tile is whole (no split-K, stream-K or split in the cluster)."""
+    if not cfg.value("PINGPONG"):
+        return
+    if cfg.value("BLOCK_M") > MAX_PINGPONG_BLOCK_M:
+        raise ValueError(f"PINGPONG = 1 gives each consumer warpgroup a whole tile: BLOCK_M up to "
+                         f"{MAX_PINGPONG_BLOCK_M}, not {cfg.value('BLOCK_M')}")  # fmt: skip
+    cuts = {name: cfg.value(name) for name in ("SPLIT_K", "STREAM_K", "CLUSTER_K")}
+    if cuts != {"SPLIT_K": 1, "STREAM_K": 0, "CLUSTER_K": 1}:
+        knobs = ", ".join(f"{name} = {value}" for name, value in cuts.items())
+        raise ValueError(f"PINGPONG = 1 takes whole tiles, not {knobs}")
 
 
 def check_split(split: int, k: int, block_k: int, knob: str = "SPLIT_K") -> None:
@@ -468,8 +486,9 @@ def kernel_defines(cfg: GemmConfig) -> dict[str, int]:
     """The config's defines as the kernel takes them: SPLIT_K and STREAM_K are the plan's schedule (host
     only), so every config that cuts tiles compiles to one kernel, PARTIAL_TILES 1."""
     defines = {name: value for name, value in cfg.defines().items() if name not in HOST_ONLY_KNOBS}
-    if defines.get("CLUSTER_K") == 1:  # the kernel's default: builds without it keep their defines and cache
-        del defines["CLUSTER_K"]
+    for knob, default in (("CLUSTER_K", 1), ("PINGPONG", 0)):  # builds without them keep their defines and cache
+        if defines.get(knob) == default:
+            del defines[knob]
     cuts = cfg.extra.get("SPLIT_K", 1) > 1 or cfg.extra.get("STREAM_K", 0) > 0
     return {**defines, "PARTIAL_TILES": int(cuts)}
 

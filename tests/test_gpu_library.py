@@ -548,6 +548,41 @@ def test_library_split_k_in_the_cluster_matches_reference_and_repeats_bit_for_bi
     assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), "PDL chain differs"
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_library_pingpong_matches_reference_and_repeats_bit_for_bit_on_every_stream(dtype):
+    """[13] PINGPONG: the two consumer warpgroups take a CTA's tiles in turn. 64- and 128-row tiles, plain and
+    swapped, clusters along either side, CTAs with an odd number of tiles, tiles of one k-tile and of fewer
+    k-tiles than stages (the other warpgroup's passed over), odd M and N, MN-major b, bias and GELU into fp32;
+    then one plan again, with PDL back to back, and on four streams, every result bit-identical to the first."""
+    import cupy
+
+    from deepgemm.config import GemmConfig
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    launcher = stage_or_skip(LIBRARY)
+    turns = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": cm, "CLUSTER_N": cn, "SWAP_AB": swap,
+                                                       "PINGPONG": 1})
+             for bm, bn, cm, cn, swap in ((64, 224, 2, 1, 0), (64, 128, 1, 2, 0), (128, 128, 2, 1, 0),
+                                          (64, 192, 1, 2, 1), (64, 256, 1, 1, 0), (64, 48, 2, 1, 1))]  # fmt: skip
+    shapes = ((1000, 3000, 1000), (4100, 520, 264), (129, 7000, 64), (777, 2112, 1500))
+    failures = _failures_over(launcher, turns, shapes, dtype, seed=4700, layouts=("k", "mn"))
+    assert not failures, "\n".join(failures)
+    a, b = random_problem(1000, 3000, 1000, input_dtype(dtype), seed=47)
+    bias = _bias(3000, BFLOAT16 if dtype == "fp16" else FLOAT16, seed=47)
+    launch = launcher.plan(a, b, config=turns[0], bias=bias, activation="gelu_tanh", out_dtype=FLOAT32)
+    assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
+    config = turns[1]
+    launch = launcher.plan(a, b, config=config)
+    assert verify(launch, reference(a, b), launch.out).passed
+    first = _repeats_bit_for_bit(launcher, a, b, launch, "PINGPONG", config=config)
+    pdl = GemmConfig(block_m=64, block_n=128, extra={**config.extra, "PDL": 1})
+    outs = [cupy.empty_like(first) for _ in range(20)]
+    for out in outs:  # queued back to back: each prologue overlaps the launch before
+        launcher.plan(a, b, out, config=pdl)()
+    assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), "PDL chain differs"
+
+
 def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrote():
     """[10] With PDL a launch may start before the one before it in the stream ends; griddepcontrol.wait
     holds it until that kernel's writes are visible. A chain in which each product is the next one's A (and

@@ -31,6 +31,10 @@
 //       sum their parts through distributed shared memory, never through global memory, whose round trips
 //       cost microseconds while HBM streams; the parts are added in rank order, so the result is the same
 //       run to run.
+//  [13] ping-pong (PINGPONG 1): the two consumer warpgroups take a CTA's tiles in turn, each a whole
+//       BLOCK_M x BLOCK_N tile, and their main loops take turns on the tensor cores, so one warpgroup's
+//       epilogue runs while the other's wgmma do; with both on one tile, the tensor cores wait out every
+//       epilogue.
 // v5's ablation switch (WGMMA_IN_FLIGHT), its ablation diff and its timeline stamps are not here.
 // Needs sm_90a (wgmma, setmaxnreg): nvcc -cubin -gencode=arch=compute_90a,code=sm_90a gemm_sm90.cu
 
@@ -136,6 +140,9 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 #ifndef CLUSTER_K
 #define CLUSTER_K 1    // [12] CTAs per cluster on one tile, each computing a slice of K; 1: none
 #endif
+#ifndef PINGPONG
+#define PINGPONG 0     // [13] 1: the two consumer warpgroups take alternate tiles, each its own epilogue
+#endif
 #ifndef FIXED_M
 #define FIXED_M 0      // [11] the kernel's M' (swapped: the weight's N), compiled in; 0: the parameter M
 #endif
@@ -157,8 +164,9 @@ constexpr int WG_ROWS = 64;       // rows of C per wgmma: its M
 // [7] Consumer warpgroups; each releases a stage once per warp. Two at most: 40 + 2 x 232 registers per
 // thread fill the SM's 512, so 256 rows are two warpgroups of two m64 wgmma each (BLOCK_N x 2 / 2 fp32
 // accumulators per thread, 128 at BLOCK_N 128, as many as one m64n256).
-constexpr int NUM_CONSUMERS = BLOCK_M == 256 ? 2 : BLOCK_M / WG_ROWS;
-constexpr int CONSUMER_ROWS = BLOCK_M / NUM_CONSUMERS;  // rows of C per consumer warpgroup
+constexpr int NUM_CONSUMERS = PINGPONG || BLOCK_M == 256 ? 2 : BLOCK_M / WG_ROWS;
+constexpr int TILE_CONSUMERS = PINGPONG ? 1 : NUM_CONSUMERS;  // [13] consumer warpgroups on one tile
+constexpr int CONSUMER_ROWS = BLOCK_M / TILE_CONSUMERS;  // rows of C per consumer warpgroup
 constexpr int M_WGMMAS = CONSUMER_ROWS / WG_ROWS;       // [7] wgmma m64 per k16 step and consumer: 1 or 2
 constexpr int NUM_THREADS = 128 * (1 + NUM_CONSUMERS);  // warpgroup 0 produces, warpgroups 1 (and 2) consume
 constexpr int A_TILE_BYTES = BLOCK_M * BLOCK_K * (int)sizeof(elem_t);
@@ -205,7 +213,7 @@ constexpr int EPI_CHUNK_COLS = EPI_ROW_BYTES / (int)sizeof(out_t);  // 64 (fp16/
 // [12] Split-K in a cluster: a consumer warp's 16 rows of a fragment are a strip; strip s of the tile is summed
 // by the CTA of rank s % CLUSTER_K (its owner), which receives the other CTAs' fp32 parts of it in slots of
 // STRIP_BYTES after the store boxes, so every CTA sums and stores 1 / CLUSTER_K of the tile.
-constexpr int CTA_STRIPS = NUM_CONSUMERS * M_WGMMAS * 4;
+constexpr int CTA_STRIPS = TILE_CONSUMERS * M_WGMMAS * 4;
 constexpr int STRIP_BYTES = 16 * BLOCK_N * 4;
 constexpr int SUM_BYTES = CLUSTER_K > 1 ? CTA_STRIPS / CLUSTER_K * (CLUSTER_K - 1) * STRIP_BYTES : 0;
 
@@ -218,6 +226,9 @@ static_assert(CLUSTER_K == 1 || ((CLUSTER_K == 2 || CLUSTER_K == 4) && CLUSTER_M
                                   && BLOCK_M <= 128),
               "[12] 2 or 4 CTAs on one tile, each a slice of K: no multicast cluster, no tiles cut in global memory, "
               "BLOCK_M up to 128 (at 256 ptxas moves the main loop's descriptors out of uniform registers)");
+static_assert(!PINGPONG || (BLOCK_M <= 128 && !PARTIAL_TILES && CLUSTER_K == 1),
+              "[13] ping-pong: a warpgroup holds a whole tile (BLOCK_M 64, or 128 as two m64), and every tile is "
+              "whole: no cut in global memory or in the cluster");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N % (SWAP_AB ? 8 : 16) == 0 && BLOCK_N <= 256,
@@ -762,6 +773,25 @@ __device__ __forceinline__ void release_stage(const unsigned (&empty_bar0)[SENDE
 #endif
 }
 
+// [13] Named barriers between the two consumer warpgroups (0 is __syncthreads'): bar.sync waits until `count`
+// threads have arrived, itself among them; bar.arrive counts this thread in and goes on.
+constexpr int TURN_BARRIER = 1;  // + c: consumer c's main loop may start
+constexpr int TURN_THREADS = 2 * 128;
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(count) : "memory");
+}
+
+// [13] Moves the stage and phase counters past n k-tiles (the other warpgroup's tile).
+__device__ __forceinline__ void skip_stages(int& stage, unsigned& phase, int n) {
+    const int passed = stage + n;
+    phase ^= (unsigned)(passed / NUM_STAGES) & 1u;
+    stage = passed % NUM_STAGES;
+}
+
 // [6] A tile cut between workers, summed without a second kernel. A consumer warp owns a strip of 16 rows
 // of each of its fragments (STRIPS_PER_TILE strips per cluster tile); for each part it writes the strip's fp32 partial
 // to the part's slot, worker + cut tile index (distinct for every part of every cut tile: a later worker
@@ -1000,7 +1030,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         for (int s = 0; s < NUM_STAGES; ++s) {
             // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
             mbarrier_init(smem_addr(&full_bar[s]), 1);
-            mbarrier_init(smem_addr(&empty_bar[s]), NUM_CONSUMERS * 4 * SENDERS);
+            mbarrier_init(smem_addr(&empty_bar[s]), TILE_CONSUMERS * 4 * SENDERS);
         }
 #if CLUSTER_K > 1
         for (int s = 0; s < CTA_STRIPS / CLUSTER_K; ++s) mbarrier_init(smem_addr(&sum_full[s]), 1);  // + the bytes
@@ -1074,6 +1104,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
         const int warp = (threadIdx.x % 128) / 32;
         const int lane = threadIdx.x % 32;
+        const int part = PINGPONG ? 0 : consumer;  // [13] its rows of a tile: from part x CONSUMER_ROWS on
         // This warp's two store boxes (none where C goes by pointer); the chunk counter runs on across tiles.
         [[maybe_unused]] const unsigned epi_warp = epi_base + (consumer * 4 + warp) * EPI_BUFFERS * EPI_BOX_BYTES;
         [[maybe_unused]] int epi_chunk = 0;
@@ -1089,7 +1120,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
         // card instructions cost clock. [5] MN-major, SBO = 1024 bytes is the step between 8-row groups
         // along K and LBO = 8 KB the step between 64-wide boxes along M or N.
         const unsigned long long desc_a0 =
-            make_smem_desc(smem_base + consumer * CONSUMER_ROWS * SWIZZLE_ROW_BYTES, A_MN_MAJOR ? MN_BOX_BYTES : 16,
+            make_smem_desc(smem_base + part * CONSUMER_ROWS * SWIZZLE_ROW_BYTES, A_MN_MAJOR ? MN_BOX_BYTES : 16,
                            8 * SWIZZLE_ROW_BYTES);
         const unsigned long long desc_b0 =
             make_smem_desc(smem_base + A_TILE_BYTES, B_MN_MAJOR ? MN_BOX_BYTES : 16, 8 * SWIZZLE_ROW_BYTES);
@@ -1102,8 +1133,20 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                                                       : smem_addr(&empty_bar[0]);
         }
 
+        [[maybe_unused]] int turn = 0;  // [13] this CTA's tiles so far: tile t is consumer t % 2's
         for (SegmentWalk walk(sched, cluster_id, num_clusters, rank_k); walk.valid(); walk.next()) {
             const Segment& seg = walk.seg;
+#if PINGPONG
+            // [13] The other warpgroup's tile: its k-tiles pass through the stages all the same. This one's main
+            // loop starts when the other's has issued its last wgmma: the tensor cores run one main loop at a time,
+            // and no stage this warpgroup waits on is more than one phase ahead of its barrier (a barrier's parity
+            // cannot tell two phases apart).
+            if ((turn++ & 1) != consumer) {
+                skip_stages(stage, phase, seg.k_end - seg.k_begin);
+                continue;
+            }
+            if (turn > 1) named_barrier_sync(TURN_BARRIER + consumer, TURN_THREADS);
+#endif
             int cluster_m, cluster_n;
             grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
             const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
@@ -1139,6 +1182,9 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 prev_stage = stage;
                 if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }
             }
+            // [13] The other warpgroup's turn, where it has a next tile: its wgmma queue behind this one's last.
+            if (PINGPONG && walk.u + walk.step < sched.units())
+                named_barrier_arrive(TURN_BARRIER + 1 - consumer, TURN_THREADS);
             wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back
             if (lane == 0) release_stage(empty_bar0, prev_stage);
 #pragma unroll
@@ -1151,7 +1197,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                 // Per chunk of EPI_CHUNK_COLS columns: fragment -> this warp's swizzled box (epi_swizzle: the
                 // layout the map's swizzle expects), then one lane stores the box with TMA and the warp moves
                 // on without waiting for it.
-                const int warp_row0 = tile_m * BLOCK_M + consumer * CONSUMER_ROWS + mi * WG_ROWS + warp * EPI_ROWS;
+                const int warp_row0 = tile_m * BLOCK_M + part * CONSUMER_ROWS + mi * WG_ROWS + warp * EPI_ROWS;
 #if PARTIAL_TILES
                 // [6] A cut tile is left to the last of its parts to finish, strip by strip. A strip past M still
                 // counts in (with nothing to store): a branch around it costs the main loop its uniform-register
@@ -1160,7 +1206,7 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
                     const int cut_tile = seg.tile - sched.dp_tiles;
                     int first, last;
                     cut_parts(sched, cut_tile, first, last);
-                    const int strip = ((rank * NUM_CONSUMERS + consumer) * M_WGMMAS + mi) * 4 + warp;
+                    const int strip = ((rank * TILE_CONSUMERS + consumer) * M_WGMMAS + mi) * 4 + warp;
                     if (first != last && !partial_sum_if_last(acc[mi], partials, counters, cut_tile,
                                                               walk.u - sched.dp_tiles, first, last, strip,
                                                               M - warp_row0, lane))
