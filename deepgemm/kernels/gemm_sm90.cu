@@ -218,8 +218,9 @@ constexpr int STRIP_BYTES = 16 * BLOCK_N * 4;
 constexpr int SUM_BYTES = CLUSTER_K > 1 ? CTA_STRIPS / CLUSTER_K * (CLUSTER_K - 1) * STRIP_BYTES : 0;
 
 static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "[7] one or two consumer warpgroups of 64 or 128 rows");
-static_assert(M_WGMMAS * BLOCK_N <= 256,
-              "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128");
+static_assert(M_WGMMAS * BLOCK_N <= (PINGPONG ? 288 : 256),
+              "[7] at most 128 fp32 accumulators per consumer thread: BLOCK_M 256 takes BLOCK_N <= 128; [13] 144 "
+              "with ping-pong's 128-row tiles (BLOCK_N <= 144; wider ones spill in the fused epilogues)");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4) && (CLUSTER_N == 1 || CLUSTER_N == 2 || CLUSTER_N == 4)
               && CLUSTER_SIZE <= 8, "[9] 1, 2 or 4 CTAs per side, 8 at most in all (the portable cluster size)");
 static_assert(CLUSTER_K == 1 || ((CLUSTER_K == 2 || CLUSTER_K == 4) && CLUSTER_M * CLUSTER_N == 1 && !PARTIAL_TILES
