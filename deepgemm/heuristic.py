@@ -19,7 +19,9 @@ round), split-K (every tile cut into SPLIT_K slices of K, each a unit of work), 
 (`model.stream_k_schedule`: STREAM_K 1 cuts the last, partial round of tiles along K over every slot;
 STREAM_K 2 that round and the full one before it), or a split in the cluster (CLUSTER_K 2 or 4: the
 cluster's CTAs take one tile, each a slice of K, and sum their parts in shared memory, not global memory).
-Pipeline stages: as many as fit beside the epilogue's store boxes and the split's slots (`max_stages`).
+With ping-pong (PINGPONG 1) the two consumer warpgroups take a worker's tiles in turn, each a whole tile, so
+that one's epilogue runs under the other's main loop. Pipeline stages: as many as fit beside the epilogue's
+store boxes and the split's slots (`max_stages`).
 
 The space is pruned to what can win:
 
@@ -33,10 +35,11 @@ The space is pruned to what can win:
   partial round is what stream-K evens out), each slice at least MIN_K_TILES_PER_WORKER k-tiles long;
   **stream-K** only where the last round of tiles is partial. No split-K under BLOCK_M 256: where tiles
   are too few to fill the SMs, narrower ones are the cure. **A split in the cluster** on split-K's terms, for
-  64-row tiles up to 128 wide without another cluster, all its clusters in one round.
+  64-row tiles up to 128 wide without another cluster, all its clusters in one round. **Ping-pong** for
+  whole 128-row tiles 128 or 144 wide (two m64 fragments per warpgroup) where a worker runs more than one.
 
-That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 777 x 4096 x 4096: 974,
-3889 x 1000 x 1000: 1,231); `choose` prices them in about 5 to 10 us each, 1 to 12 ms of pure Python
+That leaves at most about 1,300 candidates (1 x 4096 x 4096: 218, 4096^3: 812, 777 x 4096 x 4096: 988,
+3889 x 1000 x 1000: 1,259); `choose` prices them in about 10 us each, 3 to 15 ms of pure Python
 (measured on the development machine), once per new shape: a plan is built once per call key.
 
 **The model** (`estimate_us`) prices a configuration as the persistent kernel runs it:
@@ -55,6 +58,8 @@ That leaves at most about 1,200 candidates (1 x 4096 x 4096: 212, 4096^3: 784, 7
   2 x contributors x BLOCK_M x BLOCK_N x 4 bytes at PARTIAL_BYTES_PER_CLOCK for every cut tile a worker
   takes part in, and FIXUP_US for the wait on the tile's turnstile and the sum; a split in the cluster pays
   CLUSTER_SUM_US for each CTA past the first instead: nothing of it crosses global memory.
+- **Ping-pong** hides PINGPONG_TILE_US for every tile a worker runs past its first: the epilogue and the
+  drain of the wgmma queue that the tensor cores otherwise wait out.
 - **HBM** bounds the whole: A, B and C each cross it once, at HBM_GBS, or at SM_HBM_GBS per busy SM where
   too few stream to reach it (an SM keeps only so many bytes in flight). Small M is this case: at M = 1
   the kernel only has to stream B (32 MB at N = K = 4096), and the model wants enough workers (split-K,
@@ -186,6 +191,15 @@ XBAR_GBS = 12000.0  # what the crossbar carries from L2 to the SMs: every cluste
 # candidates, 3.5% -> 2.6%, worst 32.9% -> 22.2% (lab.fit_heuristic)
 PARTIAL_BYTES_PER_CLOCK = 32  # fp32 partials one SM writes to L2 or reads back per clock (fitted)
 FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, then the sum (fitted)
+# [13] Ping-pong: each consumer warpgroup a whole tile, its epilogue under the other's main loop, for 128-row
+# tiles up to 144 wide (two m64 fragments; 64-row tiles with ping-pong lost to the table's entry at all ten
+# shapes of lab/results/h200/pingpong_64.json: each B tile then feeds half the MMAs) where a worker has more
+# than one tile. What it hides, per tile a worker runs past its first: in lab/results/h200/pingpong.json
+# (18 shapes, each 128 x 128 and 128 x 144 tiling timed without and with it in CUDA graphs) a median 0.85 us
+# for 128 x 128 tiles (0.4 to 1.3), 1.8 for 128 x 144.
+PINGPONG_BLOCK_M = 128
+PINGPONG_BLOCK_NS = (128, 144)  # the widths measured; narrower tiles feed each operand tile to fewer MMAs
+PINGPONG_TILE_US = 0.85
 CLUSTER_SUM_US = 1.0  # [12] a split in the cluster, per CTA past the first: its part sent, summed, the cluster's
 # start (fitted to the autotune record of 170e37d, whose 41 shapes timed splits in the cluster: 1.0 to 3.0 move
 # the mean regret by 0.2%)
@@ -239,10 +253,11 @@ class Choice:
     stream_k: int = 0
     pdl: bool = False
     cluster_k: int = 1
+    pingpong: bool = False
 
     def tiling(self) -> Tiling:
         return Tiling(self.block_m, self.block_n, self.cluster_m, self.cluster_n, self.split_k, self.stream_k,
-                      self.swap_ab, self.cluster_k)  # fmt: skip
+                      self.swap_ab, self.cluster_k, self.pingpong)  # fmt: skip
 
     def config(self) -> GemmConfig:
         extra = {"CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n, "SPLIT_K": self.split_k}
@@ -254,6 +269,8 @@ class Choice:
             extra["PDL"] = 1
         if self.cluster_k > 1:
             extra["CLUSTER_K"] = self.cluster_k
+        if self.pingpong:
+            extra["PINGPONG"] = 1
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
@@ -479,6 +496,8 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     work = schedule(m, n, k, t, sm_count)
     clock_mhz = CLOCK_GHZ * 1e3
     loop_us = work.k_tiles * k_tile_clocks(t) / clock_mhz
+    if t.pingpong:  # [13] every tile's epilogue but the first's under the other warpgroup's main loop
+        loop_us -= (work.k_tiles // ceil_div(k, BLOCK_K) - 1) * PINGPONG_TILE_US
     size, area = t.cluster_m * t.cluster_n, t.block_m * t.block_n
     busy = work.workers * size * t.cluster_k
     hbm_us = (m * k + n * k + m * n) * ELEMENT_BYTES / (min(HBM_GBS, busy * SM_HBM_GBS) * 1e3)
@@ -592,12 +611,20 @@ def tilings(m: int, n: int, k: int, sm_count: int, swap_ab: bool) -> list[Tiling
                 tiles, free = ceil_div(rows, cm) * ceil_div(columns, cn), sm_count // (cm * cn)
                 splits = useful_splits(tiles, k, free) if block_m < WIDE_BLOCK_M else [1]  # (module docstring)
                 found += [Tiling(block_m, block_n, cm, cn, split_k=s, swap_ab=swap_ab) for s in splits]
+                if pingpong_pays(block_m, block_n, tiles, free):
+                    found.append(Tiling(block_m, block_n, cm, cn, swap_ab=swap_ab, pingpong=True))
                 found += [Tiling(block_m, block_n, cm, cn, stream_k=s, swap_ab=swap_ab)
                           for s in useful_stream_ks(tiles, free)]  # fmt: skip
                 if cm * cn == 1 and block_m == CLUSTER_K_BLOCK_M and block_n <= CLUSTER_K_MAX_BLOCK_N:
                     found += [Tiling(block_m, block_n, swap_ab=swap_ab, cluster_k=ck)
                               for ck in useful_cluster_ks(tiles, k, sm_count)]  # fmt: skip
     return found
+
+
+def pingpong_pays(block_m: int, block_n: int, tiles: int, slots: int) -> bool:
+    """[13] Ping-pong is weighed for the tiles the lab measured it with (PINGPONG_BLOCK_M rows, PINGPONG_BLOCK_NS
+    wide) where a worker runs more than one of them."""
+    return block_m == PINGPONG_BLOCK_M and block_n in PINGPONG_BLOCK_NS and tiles > slots
 
 
 def box_rows(t: Tiling) -> dict[str, int]:
@@ -647,7 +674,7 @@ def priced(t: Tiling, estimate: float) -> Choice:
     """A tiling with as many stages as fit, and its estimate."""
     stages = stages_of(t)
     return Choice(t.block_m, t.block_n, t.cluster_m, t.split_k, stages, estimate, t.swap_ab, t.cluster_n, t.stream_k,
-                  cluster_k=t.cluster_k)
+                  cluster_k=t.cluster_k, pingpong=t.pingpong)
 
 
 def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[float]]:

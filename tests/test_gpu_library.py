@@ -550,10 +550,11 @@ def test_library_split_k_in_the_cluster_matches_reference_and_repeats_bit_for_bi
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_library_pingpong_matches_reference_and_repeats_bit_for_bit_on_every_stream(dtype):
-    """[13] PINGPONG: the two consumer warpgroups take a CTA's tiles in turn. 64- and 128-row tiles, plain and
-    swapped, clusters along either side, CTAs with an odd number of tiles, tiles of one k-tile and of fewer
-    k-tiles than stages (the other warpgroup's passed over), odd M and N, MN-major b, bias and GELU into fp32;
-    then one plan again, with PDL back to back, and on four streams, every result bit-identical to the first."""
+    """[13] PINGPONG: the two consumer warpgroups take a CTA's tiles in turn. 64- and 128-row tiles (up to 144
+    wide), plain and swapped, clusters along either side, CTAs with an odd number of tiles, tiles of one k-tile
+    and of fewer k-tiles than stages (the other warpgroup's passed over), odd M and N, MN-major b, bias and GELU
+    into fp32; then one plan again, with PDL back to back, and on four streams, every result bit-identical to
+    the first."""
     import cupy
 
     from deepgemm.config import GemmConfig
@@ -564,7 +565,8 @@ def test_library_pingpong_matches_reference_and_repeats_bit_for_bit_on_every_str
     turns = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": cm, "CLUSTER_N": cn, "SWAP_AB": swap,
                                                        "PINGPONG": 1})
              for bm, bn, cm, cn, swap in ((64, 224, 2, 1, 0), (64, 128, 1, 2, 0), (128, 128, 2, 1, 0),
-                                          (64, 192, 1, 2, 1), (64, 256, 1, 1, 0), (64, 48, 2, 1, 1))]  # fmt: skip
+                                          (64, 192, 1, 2, 1), (64, 256, 1, 1, 0), (64, 48, 2, 1, 1),
+                                          (128, 144, 2, 1, 0), (128, 128, 1, 2, 1))]  # fmt: skip
     shapes = ((1000, 3000, 1000), (4100, 520, 264), (129, 7000, 64), (777, 2112, 1500))
     failures = _failures_over(launcher, turns, shapes, dtype, seed=4700, layouts=("k", "mn"))
     assert not failures, "\n".join(failures)
