@@ -48,6 +48,10 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
     "tile_order": "python -m lab.tile_order --record",
     "cluster_k": "python -m lab.cluster_k --record",
+    "pingpong": "python -m lab.pingpong --record",
+    "pingpong_64": "python -m lab.pingpong --tiles 64 --shapes 2048x7168x2048,2048x2112x7168,1536x28672x4096,"
+    "512x28672x4096,2048x7168x16384,4096x2112x7168,1024x4096x4096,4096x4096x4096,512x7168x2048,2048x4096x7168 "
+    "--name pingpong_64 --record (the record's provenance has the command as it ran, before --tiles, at ba32821)",
     "dynamic_units": "python -m lab.dynamic_units --record at commit 4f7b117, whose library kernel took its units "
     f"from a counter (DYNAMIC_UNITS); it never ran faster, and was taken out; {GONE} (notes/streaming_tail.md)",
     "kernel_probe_read_wait": "python -m lab.kernel_probe --variants read_wait --shapes ... --name "
@@ -102,6 +106,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "v5_cluster_n": rounds.summary_lines,
         "tile_order": tile_order.lines,
         "cluster_k": cluster_k.lines,
+        "pingpong": cluster_k.lines,
+        "pingpong_64": cluster_k.lines,
     }
     probe = kernel_probe.lines if args.name.startswith("kernel_probe") else None  # each shape's comparisons
     return show(args.name, summaries.get(args.name, probe))

@@ -188,17 +188,9 @@ STAMP_PATCHES = (
         "                if (threadIdx.x == 128 && lab_fulls++ == 0) lab_stamp(2);\n",
     ),
     (
-        "        for (SegmentWalk walk(sched, cluster_id, num_clusters, rank_k); walk.valid(); walk.next()) {\n"
-        "            const Segment& seg = walk.seg;\n            int cluster_m, cluster_n;\n"
-        "            grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);\n"
-        "            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;\n\n"
-        "            // ---- main loop over K",
+        "        [[maybe_unused]] int turn = 0;  // [13] this CTA's tiles so far: tile t is consumer t % 2's\n",
         "        int lab_fulls = 0, lab_loops = 0;\n"
-        "        for (SegmentWalk walk(sched, cluster_id, num_clusters, rank_k); walk.valid(); walk.next()) {\n"
-        "            const Segment& seg = walk.seg;\n            int cluster_m, cluster_n;\n"
-        "            grouped_tile(seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);\n"
-        "            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;\n\n"
-        "            // ---- main loop over K",
+        "        [[maybe_unused]] int turn = 0;  // [13] this CTA's tiles so far: tile t is consumer t % 2's\n",
     ),
     (
         "            wgmma_wait_group<0>();  // the tile's last batch: acc is final, its stage can go back\n",
