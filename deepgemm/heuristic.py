@@ -198,7 +198,7 @@ FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, t
 # shapes of lab/results/h200/pingpong_64.json: each B tile then feeds half the MMAs) where a worker has more
 # than one tile. What it hides, per tile a worker runs past its first: in lab/results/h200/pingpong.json
 # (18 shapes, each 128 x 128 and 128 x 144 tiling timed without and with it in CUDA graphs) a median 0.85 us
-# for 128 x 128 tiles (0.4 to 1.3), 1.8 for 128 x 144.
+# for 128 x 128 tiles (0.4 to 1.6, 36 pairs), 1.8 for 128 x 144.
 PINGPONG_BLOCK_M = 128
 PINGPONG_BLOCK_NS = (128, 144)  # the widths measured; narrower tiles feed each operand tile to fewer MMAs
 PINGPONG_TILE_US = 0.85

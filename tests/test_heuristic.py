@@ -279,7 +279,7 @@ def test_the_model_prices_the_recorded_candidates_by_their_config_not_this_space
 
 NAMES = ("n256 c2 s1 st4", "m64 n128 c1 s4 st8", "swap m64 n16 c1 s2 st16", "swap n200 c1x4 sk1 st8",
          "m64 n96 c2x2 sk2 st10", "swap m64 n8 c4x2 s3 st16", "swap m64 n16 c1 s1 st16 pdl",
-         "swap m64 n128 c1 k2 s1 st8 jit")  # fmt: skip
+         "swap m64 n128 c1 k2 s1 st8 jit", "n128 c2 s1 st6 pp pdl jit", "swap n144 c1x2 s1 st6 pp")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -326,7 +326,8 @@ def test_64_row_tiles_only_where_128_row_tiles_leave_sms_idle_256_where_more_tha
 
 def test_autotune_times_the_cheapest_each_familys_best_and_the_default_within_budget():
     """Device time is scarce: at most MAX_CANDIDATES per shape, the model's cheapest CANDIDATES first, then
-    the cheapest of each family (orientation x schedule x cluster) not among them, then the default."""
+    the cheapest of each family (orientation x schedule x cluster) not among them, [13] ping-pong's first, then
+    the default."""
     default = "n256 c2 s1 st4"
     for m, n, k in ((1, 4096, 4096), (777, 4096, 4096), (4096, 4096, 4096), (128, 2112, 7168)):
         ranked = heuristic.candidates(m, n, k, 132)
@@ -341,6 +342,28 @@ def test_autotune_times_the_cheapest_each_familys_best_and_the_default_within_bu
         assert all(best[autotune.family(c)] == c for c in added)  # each the cheapest of its family
         assert len({autotune.family(c) for c in added}) == len(added) and not seen & {autotune.family(c) for c in added}
         assert len(timed) == autotune.MAX_CANDIDATES or seen | {autotune.family(c) for c in added} == set(best)
+        by_name = {c.name(): c for c in ranked}
+        order = [by_name[name].pingpong for name in timed[len(top) :] if name in by_name and name != default]
+        assert order == sorted(order, reverse=True)  # ping-pong's families before any other's
+
+
+def test_pingpong_is_weighed_for_whole_128_row_tiles_where_a_worker_runs_several():
+    """[13] Ping-pong is offered for 128-row tiles 128 or 144 wide, whole (no split of any kind), where the
+    tiles take more than one round; it is priced as its twin without it less PINGPONG_TILE_US for every tile
+    a worker runs past its first, where the k-tile loop bounds it."""
+    for m, n, k in ((4096, 4096, 4096), (2048, 7168, 2048), (512, 24576, 1536), (128, 4096, 4096)):
+        offered = [c for c in heuristic.candidates(m, n, k, 132) if c.pingpong]
+        assert all(c.block_m == 128 and c.block_n in (128, 144) and c.split_k == 1 and not c.stream_k
+                   and c.cluster_k == 1 for c in offered)  # fmt: skip
+        for c in offered:
+            t = c.tiling()
+            assert heuristic.tiles_of(m, n, t) > heuristic.slots(t, 132)
+            twin = t._replace(pingpong=False)
+            rounds = -(-heuristic.tiles_of(m, n, t) // heuristic.slots(t, 132))
+            p, q = heuristic.price(m, n, k, t, 132), heuristic.price(m, n, k, twin, 132)
+            assert p.loop_us == pytest.approx(q.loop_us - (rounds - 1) * heuristic.PINGPONG_TILE_US)
+            assert p.unpowered_us <= q.unpowered_us and p.estimate_us <= q.estimate_us
+        assert bool(offered) == (m > 128)  # one tile row of 128 x 4096: one round
 
 
 def test_autotune_times_the_shipped_entry_too_without_its_launch_and_jit_flags():

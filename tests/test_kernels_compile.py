@@ -437,6 +437,63 @@ def test_library_block_m_256_runs_two_wgmma_m64_per_consumer_warpgroup(block_n, 
         assert facts.smem_bytes == tile_smem_bytes(cfg) + epilogue + ALIGNMENT_SLACK_BYTES
 
 
+PINGPONG_BUILDS = [(64, 224, {"CLUSTER_M": 2}), (128, 128, {"CLUSTER_M": 1, "CLUSTER_N": 2}),
+                   (128, 144, {"CLUSTER_M": 2, "SWAP_AB": 1})]  # fmt: skip
+
+
+@pytest.mark.parametrize(("block_m", "block_n", "knobs"), PINGPONG_BUILDS)
+def test_library_pingpong_gives_each_consumer_warpgroup_whole_tiles_and_keeps_the_main_loop(block_m, block_n, knobs):
+    """[13] PINGPONG: 384 threads at any BLOCK_M (a producer and two consumers, each on its own tiles), a
+    consumer's wgmma for a whole tile (BLOCK_M / 64 m64 per k16 step), the named barriers that take turns
+    (BAR.SYNC, BAR.ARV; none without it), no spills, both consumers' store boxes (as many stages as
+    `heuristic.max_stages` offers fit beside them), and the main loop within ten instructions of the build
+    without it that issues as many wgmma (BLOCK_M 256, at most 128 wide, for 128-row tiles): ptxas rebuilds the
+    full barrier's address and the A descriptor's base from the shared window each k-tile, uniform instructions
+    beside 8 wgmma of 64 x 128 x 16."""
+    from deepgemm.heuristic import max_stages, store_box_bytes
+
+    for bf16 in (False, True):
+        turns = launcher_defines(LIBRARY, bf16, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=4, PINGPONG=1, **knobs)
+        report = compiled(LIBRARY, turns)
+        _fits(report, (bf16, block_m, block_n, knobs))
+        code = sass(LIBRARY, turns)
+        assert len(re.findall(rf"HGMMA\.64x{block_n}x16\.F32", code)) == 4 * block_m // 64
+        assert "BAR.SYNC" in code and "BAR.ARV" in code
+        facts = report.launch_facts()
+        assert facts.threads == 384
+        cfg = GemmConfig(block_m=block_m, block_n=block_n, num_stages=4).merged_over(stages.load(LIBRARY).DEFAULTS)
+        built = dict(turns)
+        boxes = store_box_bytes(block_n, block_m, bool(built["SWAP_AB"]), built["CLUSTER_M"] * built["CLUSTER_N"],
+                                pingpong=True)  # fmt: skip
+        assert facts.smem_bytes <= tile_smem_bytes(cfg) + boxes + ALIGNMENT_SLACK_BYTES  # rows under 128 B: less
+        deepest = max_stages(block_n, block_m, bool(built["SWAP_AB"]), built["CLUSTER_M"] * built["CLUSTER_N"],
+                             pingpong=True)  # fmt: skip
+        compiled(LIBRARY, launcher_defines(LIBRARY, bf16, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=deepest,
+                                           PINGPONG=1, **knobs))  # fmt: skip
+        wide = block_m == 128  # the build without it: 256 rows, at most 128 wide
+        ref_n = min(block_n, 128) if wide else block_n
+        both = launcher_defines(LIBRARY, bf16, BLOCK_M=2 * block_m if wide else block_m, BLOCK_N=ref_n,
+                                NUM_STAGES=4, **knobs)  # fmt: skip
+        assert "BAR.ARV" not in sass(LIBRARY, both)
+        builds = ((both, ref_n), (turns, block_n))
+        loops = [len(_sass_loop_around(sass(LIBRARY, d), f"HGMMA.64x{n}x16")) for d, n in builds]
+        assert loops[1] <= loops[0] + 10, f"{knobs}: {loops} instructions per k-tile without and with PINGPONG"
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [({"BLOCK_M": 256, "BLOCK_N": 64}, "a warpgroup holds a whole tile"),
+     ({"BLOCK_M": 128, "BLOCK_N": 160}, "BLOCK_N <= 144"),
+     ({"BLOCK_M": 128, "BLOCK_N": 128, "PARTIAL_TILES": 1}, "every tile is whole"),
+     ({"BLOCK_M": 64, "BLOCK_N": 64, "CLUSTER_M": 1, "CLUSTER_K": 2}, "every tile is whole")],
+)  # fmt: skip
+def test_library_refuses_pingpong_where_a_warpgroup_cannot_hold_a_whole_tile(knobs, message):
+    """[13] Each consumer warpgroup holds a whole tile, at most two m64 fragments of 144 columns, and no tile is
+    cut along K (in global memory or in the cluster)."""
+    with pytest.raises(Exception, match=message):
+        compiled(LIBRARY, launcher_defines(LIBRARY, False, NUM_STAGES=3, PINGPONG=1, **knobs))
+
+
 def test_library_block_m_256_refuses_a_tile_wider_than_128():
     """[7] Two m64n256 fragments would be 256 accumulators per thread: the kernel refuses it by name."""
     with pytest.raises(Exception, match="BLOCK_N <= 128"):

@@ -114,6 +114,16 @@ def _config(**knobs) -> GemmConfig:
         ({"CLUSTER_K": 2, "CLUSTER_M": 1, "SPLIT_K": 2}, "not CLUSTER_M = 1, CLUSTER_N = 1, SPLIT_K = 2"),
         ({"CLUSTER_K": 4, "CLUSTER_M": 1, "block_m": 256, "block_n": 64}, "CLUSTER_K = 4 takes BLOCK_M up to 128"),
         ({"CLUSTER_K": 4, "CLUSTER_M": 1, "block_n": 64}, None),
+        ({"PINGPONG": 2}, r"PINGPONG = 2 must be one of \(0, 1\)"),
+        ({"PINGPONG": 1, "block_m": 256, "block_n": 128}, "PINGPONG = 1 gives each consumer warpgroup a whole tile: "
+                                                          "BLOCK_M up to 128, not 256"),
+        ({"PINGPONG": 1, "block_n": 160}, "PINGPONG = 1 with BLOCK_M = 128 takes BLOCK_N up to 144, not 160"),
+        ({"PINGPONG": 1, "block_n": 128, "STREAM_K": 1}, "PINGPONG = 1 takes whole tiles, not SPLIT_K = 1, "
+                                                         "STREAM_K = 1, CLUSTER_K = 1"),
+        ({"PINGPONG": 1, "block_m": 64, "block_n": 64, "CLUSTER_M": 1, "CLUSTER_K": 2}, "not SPLIT_K = 1, STREAM_K"
+                                                                                         " = 0, CLUSTER_K = 2"),
+        ({"PINGPONG": 1, "block_n": 144}, None),
+        ({"PINGPONG": 1, "block_m": 64, "block_n": 256}, None),
     ],
 )
 def test_a_config_the_kernel_cannot_run_is_named_by_its_knob(knobs, message):
@@ -161,6 +171,8 @@ def test_the_kernel_is_compiled_once_for_every_cut_its_schedule_is_the_plans():
     assert kernel_defines(_config())["PARTIAL_TILES"] == 0
     assert "CLUSTER_K" not in kernel_defines(_config())  # [12] off: the defines, and so the cache, stay as they were
     assert kernel_defines(_config(CLUSTER_M=1, CLUSTER_K=2))["CLUSTER_K"] == 2
+    assert "PINGPONG" not in kernel_defines(_config())  # [13] likewise
+    assert kernel_defines(_config(block_n=128, PINGPONG=1))["PINGPONG"] == 1
 
 
 @pytest.mark.parametrize(
