@@ -161,9 +161,10 @@ __device__ __forceinline__ unsigned pack_out2(float lo, float hi) {
 // describe store by pointer, in place.
 #define C_BY_POINTER (SWAP_AB && (OUT_DTYPE == 2 || C_UNALIGNED || (CLUSTER_M * CLUSTER_N > 1 && BLOCK_N < 96)))
 constexpr int WG_ROWS = 64;       // rows of C per wgmma: its M
-// [7] Consumer warpgroups; each releases a stage once per warp. Two at most: 40 + 2 x 232 registers per
-// thread fill the SM's 512, so 256 rows are two warpgroups of two m64 wgmma each (BLOCK_N x 2 / 2 fp32
-// accumulators per thread, 128 at BLOCK_N 128, as many as one m64n256).
+// [7] Consumer warpgroups; those on a tile release each of its stages once per warp. Two at most: 40 + 2 x 232
+// registers per thread fill the SM's 512, so 256 rows are two warpgroups of two m64 wgmma each (BLOCK_N x 2 / 2
+// fp32 accumulators per thread, 128 at BLOCK_N 128, as many as one m64n256). [13] With ping-pong, two, each
+// on tiles of its own.
 constexpr int NUM_CONSUMERS = PINGPONG || BLOCK_M == 256 ? 2 : BLOCK_M / WG_ROWS;
 constexpr int TILE_CONSUMERS = PINGPONG ? 1 : NUM_CONSUMERS;  // [13] consumer warpgroups on one tile
 constexpr int CONSUMER_ROWS = BLOCK_M / TILE_CONSUMERS;  // rows of C per consumer warpgroup
