@@ -1030,7 +1030,8 @@ gemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ TmaDe
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < NUM_STAGES; ++s) {
-            // full: this CTA's producer arrives; empty: every consumer warp of every CTA in the cluster
+            // full: this CTA's producer arrives; empty: every consumer warp on the stage's tile ([13] one
+            // warpgroup's with ping-pong), in every CTA this CTA's producer loads into
             mbarrier_init(smem_addr(&full_bar[s]), 1);
             mbarrier_init(smem_addr(&empty_bar[s]), TILE_CONSUMERS * 4 * SENDERS);
         }
