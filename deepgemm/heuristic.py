@@ -199,8 +199,8 @@ FIXUP_US = 1.5  # a cut tile's turnstile: the wait for the other contributors, t
 # than one tile. What it hides, per tile a worker runs past its first: in lab/results/h200/pingpong.json
 # (18 shapes, each 128 x 128 and 128 x 144 tiling timed without and with it in CUDA graphs) a median 0.85 us
 # for 128 x 128 tiles (0.4 to 1.6, 36 pairs), 1.8 for 128 x 144.
-PINGPONG_BLOCK_M = 128
-PINGPONG_BLOCK_NS = (128, 144)  # the widths measured; narrower tiles feed each operand tile to fewer MMAs
+PINGPONG_MAX_BLOCK_N = 144  # the kernel's limit at 128 rows: two m64 fragments; wider ones spill in fused epilogues
+PINGPONG_BLOCK_NS = (128, PINGPONG_MAX_BLOCK_N)  # the widths measured; narrower ones feed each tile to fewer MMAs
 PINGPONG_TILE_US = 0.85
 CLUSTER_SUM_US = 1.0  # [12] a split in the cluster, per CTA past the first: its part sent, summed, the cluster's
 # start (fitted to the autotune record of 170e37d, whose 41 shapes timed splits in the cluster: 1.0 to 3.0 move
@@ -624,9 +624,9 @@ def tilings(m: int, n: int, k: int, sm_count: int, swap_ab: bool) -> list[Tiling
 
 
 def pingpong_pays(block_m: int, block_n: int, tiles: int, slots: int) -> bool:
-    """[13] Ping-pong is weighed for the tiles the lab measured it with (PINGPONG_BLOCK_M rows, PINGPONG_BLOCK_NS
+    """[13] Ping-pong is weighed for the tiles the lab measured it with (MAX_BLOCK_M rows, PINGPONG_BLOCK_NS
     wide) where a worker runs more than one of them."""
-    return block_m == PINGPONG_BLOCK_M and block_n in PINGPONG_BLOCK_NS and tiles > slots
+    return block_m == MAX_BLOCK_M and block_n in PINGPONG_BLOCK_NS and tiles > slots
 
 
 def box_rows(t: Tiling) -> dict[str, int]:

@@ -36,7 +36,14 @@ from deepgemm.driver import (
 from deepgemm.dtypes import FLOAT32, OUTPUT_DTYPES, dtype_defines, dtype_name
 from deepgemm.epilogue import ACTIVATIONS, activation_name
 from deepgemm.frameworks import Cupy, Torch
-from deepgemm.heuristic import STRIP_ROWS, WIDE_BLOCK_M, WIDE_MAX_BLOCK_N, pick_config
+from deepgemm.heuristic import (
+    MAX_BLOCK_M,
+    PINGPONG_MAX_BLOCK_N,
+    STRIP_ROWS,
+    WIDE_BLOCK_M,
+    WIDE_MAX_BLOCK_N,
+    pick_config,
+)
 from deepgemm.jit import LIBRARY_KERNEL, get_kernel, launch_facts
 from deepgemm.model import (
     balanced_workers,
@@ -86,8 +93,6 @@ CLUSTER_SIDES = (1, 2, 4)  # [9] CTAs along either side of a cluster ([12] or al
 MAX_CLUSTER = 8  # ... and in all: the portable cluster size
 BOX_ROW_MULTIPLE = 8  # a CTA's part of a tile is whole 8-row groups of the 128B swizzle (1024 bytes)
 MAX_CLUSTER_K_BLOCK_M = 128  # [12] a split in the cluster: one wgmma m64 per consumer warpgroup
-MAX_PINGPONG_BLOCK_M = 128  # [13] ping-pong: a tile per consumer warpgroup, one or two wgmma m64 ...
-PINGPONG_WIDE_MAX_BLOCK_N = 144  # ... two of them up to 144 wide (wider ones spill in the fused epilogues)
 STREAM_K_ROUNDS = (0, 1, 2)  # [6] 0 off; else the rounds the cut part spans (model.stream_k_schedule)
 # The plan's schedule (the kernel only needs PARTIAL_TILES), how it launches, and [11] whether it compiles the
 # weight's dimensions in (FIXED_M or FIXED_N, and FIXED_K, `shape_defines`): never compiled in as they are.
@@ -166,16 +171,16 @@ def check_cluster_k(cfg: GemmConfig) -> None:
 
 
 def check_pingpong(cfg: GemmConfig) -> None:
-    """[13] Ping-pong: a consumer warpgroup holds a whole tile (BLOCK_M up to MAX_PINGPONG_BLOCK_M), and every
-    tile is whole (no split-K, stream-K or split in the cluster)."""
+    """[13] Ping-pong: a consumer warpgroup holds a whole tile (BLOCK_M up to MAX_BLOCK_M, 128 rows at most
+    PINGPONG_MAX_BLOCK_N wide), and every tile is whole (no split-K, stream-K or split in the cluster)."""
     if not cfg.value("PINGPONG"):
         return
-    if cfg.value("BLOCK_M") > MAX_PINGPONG_BLOCK_M:
+    if cfg.value("BLOCK_M") > MAX_BLOCK_M:
         raise ValueError(f"PINGPONG = 1 gives each consumer warpgroup a whole tile: BLOCK_M up to "
-                         f"{MAX_PINGPONG_BLOCK_M}, not {cfg.value('BLOCK_M')}")  # fmt: skip
-    if cfg.value("BLOCK_M") == MAX_PINGPONG_BLOCK_M and cfg.value("BLOCK_N") > PINGPONG_WIDE_MAX_BLOCK_N:
-        raise ValueError(f"PINGPONG = 1 with BLOCK_M = {MAX_PINGPONG_BLOCK_M} takes BLOCK_N up to "
-                         f"{PINGPONG_WIDE_MAX_BLOCK_N}, not {cfg.value('BLOCK_N')}: each consumer thread holds two "
+                         f"{MAX_BLOCK_M}, not {cfg.value('BLOCK_M')}")  # fmt: skip
+    if cfg.value("BLOCK_M") == MAX_BLOCK_M and cfg.value("BLOCK_N") > PINGPONG_MAX_BLOCK_N:
+        raise ValueError(f"PINGPONG = 1 with BLOCK_M = {MAX_BLOCK_M} takes BLOCK_N up to "
+                         f"{PINGPONG_MAX_BLOCK_N}, not {cfg.value('BLOCK_N')}: each consumer thread holds two "
                          "wgmma m64 fragments of BLOCK_N / 2 fp32 accumulators")  # fmt: skip
     cuts = {name: cfg.value(name) for name in ("SPLIT_K", "STREAM_K", "CLUSTER_K")}
     if cuts != {"SPLIT_K": 1, "STREAM_K": 0, "CLUSTER_K": 1}:

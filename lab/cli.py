@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lab import RESULTS_DIR, cluster_k, coalescer, gpc, kernel_probe, rounds, sweeps, tile_order
+from lab import RESULTS_DIR, coalescer, gpc, kernel_probe, rounds, shape_sweep, sweeps, tile_order
 from tutorial import results
 from tutorial.bench import bench_variants
 from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
@@ -105,9 +105,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         "v5_hiding": rounds.summary_lines,
         "v5_cluster_n": rounds.summary_lines,
         "tile_order": tile_order.lines,
-        "cluster_k": cluster_k.lines,
-        "pingpong": cluster_k.lines,
-        "pingpong_64": cluster_k.lines,
+        "cluster_k": shape_sweep.graph_lines,
+        "pingpong": shape_sweep.graph_lines,
+        "pingpong_64": shape_sweep.graph_lines,
     }
     probe = kernel_probe.lines if args.name.startswith("kernel_probe") else None  # each shape's comparisons
     return show(args.name, summaries.get(args.name, probe))

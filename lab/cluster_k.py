@@ -14,13 +14,9 @@ in CUDA graphs alternated with torch.matmul's (`tutorial.autotune.time_in_graphs
 
 from __future__ import annotations
 
-from typing import Any
-
 from deepgemm import heuristic
 from deepgemm.config import GemmConfig
 from lab import shape_sweep
-from tutorial.autotune import TUNED_LAYOUT, incumbent_of, time_config, time_in_graphs
-from tutorial.bench import Workload
 from tutorial.runner import Shape
 
 CLUSTER_KS = (2, 4)
@@ -31,17 +27,11 @@ DEFAULT_SHAPES = (
 )
 
 
-def entry_of(shape: Shape) -> GemmConfig:
-    """The shipped table's entry for the shape, else the heuristic's pick."""
-    m, n, k = shape
-    return incumbent_of(m, n, k, "fp16") or heuristic.choose(m, n, k, 132).config()
-
-
 def variants(shape: Shape) -> list[GemmConfig]:
     """The entry, then each tile split in the cluster: swapped (the tokens as wgmma's N, up to 128 of them),
     and plain 64 x 64 where there are 64 tokens or more."""
     m = shape[0]
-    entry = entry_of(shape)
+    entry = shape_sweep.entry_of(shape)
     jit = {"SHAPE_JIT": 1} if entry.extra.get("SHAPE_JIT") else {}
     width = min(heuristic.round_up(m, 8), 128)
     tiles = [(64, width, 1), (128, width, 1)] + ([(64, 64, 0)] if m >= 64 else [])
@@ -54,38 +44,8 @@ def variants(shape: Shape) -> list[GemmConfig]:
     return found
 
 
-def configs_at(shape: Shape, _device: int) -> list[GemmConfig]:
-    return variants(shape)
-
-
-def row_at(shape: Shape, dtype: str, _device: int) -> dict[str, Any]:
-    m, n, k = shape
-    work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
-    timed = [time_config(cfg, work, ROUNDS)[0] for cfg in variants(shape)]
-    passed = [e for e in timed if e["passed"]]
-    torch_us = time_in_graphs(passed, work) if passed else None
-    row = {"dtype": dtype, "m": m, "n": n, "k": k, "torch_graph_us": torch_us, "candidates": timed}
-    print("\n".join(lines([row])), flush=True)
-    return row
-
-
-def lines(rows: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for row in rows:
-        torch_us = row["torch_graph_us"]
-        out.append(f"{row['dtype']} {row['m']}x{row['n']}x{row['k']}: torch {torch_us or 0:.2f} us in a graph")
-        for e in row["candidates"]:
-            if not e["passed"]:
-                out.append(f"  {e['name']:<34} FAILED {e.get('error', '')}")
-                continue
-            graph = e.get("graph_us")
-            ratio = f"x {torch_us / graph:.3f}" if graph and torch_us else ""
-            out.append(f"  {e['name']:<34} {e['us']:7.2f} us queued, {graph or 0:7.2f} in a graph {ratio}")
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
-    return shape_sweep.run(argv, "lab.cluster_k", __doc__, DEFAULT_SHAPES, configs_at, row_at, lines)
+    return shape_sweep.run_timed(argv, "lab.cluster_k", __doc__, DEFAULT_SHAPES, variants, ROUNDS)
 
 
 if __name__ == "__main__":

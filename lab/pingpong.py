@@ -14,14 +14,13 @@ graphs alternated with torch.matmul's (`tutorial.autotune.time_in_graphs`). The 
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+import argparse
+from collections.abc import Sequence
+from functools import partial
 
 from deepgemm import heuristic
 from deepgemm.config import GemmConfig
-from lab import cluster_k, shape_sweep
-from tutorial.autotune import TUNED_LAYOUT, time_config, time_in_graphs
-from tutorial.bench import Workload
+from lab import shape_sweep
 from tutorial.runner import Shape
 
 ROUNDS = 3  # queued timings per config, the median kept
@@ -42,45 +41,25 @@ def tile(block_m: int, block_n: int, swap: bool, cluster: tuple[int, int], jit: 
     return GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, extra=extra)
 
 
-TILES = "128"  # --tiles: "128" the pairs of 128-row tiles, "64" the 64-row tiles with ping-pong
-
-
-def variants(shape: Shape) -> list[GemmConfig]:
+def variants(shape: Shape, tiles: str = "128") -> list[GemmConfig]:
     """The entry, then tiles in its orientation: 128 rows (`WIDE_WIDTHS`) without and with ping-pong, or with
-    `--tiles 64`, 64 rows at the entry's width, 256, 192 and 128, and 128 x 128, with ping-pong; each in
+    tiles "64", 64 rows at the entry's width, 256, 192 and 128, and 128 x 128, with ping-pong; each in
     clusters of two either way."""
-    entry = cluster_k.entry_of(shape)
+    entry = shape_sweep.entry_of(shape)
     swap = bool(entry.extra.get("SWAP_AB"))
     jit = {"SHAPE_JIT": 1} if entry.extra.get("SHAPE_JIT") else {}
-    if TILES == "64":
-        tiles = [(64, w) for w in dict.fromkeys((entry.block_n, *WIDTHS))] + [(128, 128)]
-        return [entry] + [tile(bm, bn, swap, c, jit, 1) for bm, bn in tiles for c in CLUSTERS]
+    if tiles == "64":
+        sizes = [(64, w) for w in dict.fromkeys((entry.block_n, *WIDTHS))] + [(128, 128)]
+        return [entry] + [tile(bm, bn, swap, c, jit, 1) for bm, bn in sizes for c in CLUSTERS]
     return [entry] + [tile(128, bn, swap, c, jit, pp) for bn in WIDE_WIDTHS for c in CLUSTERS for pp in (0, 1)]
 
 
-def configs_at(shape: Shape, _device: int) -> list[GemmConfig]:
-    return variants(shape)
-
-
-def row_at(shape: Shape, dtype: str, _device: int) -> dict[str, Any]:
-    m, n, k = shape
-    work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
-    timed = [time_config(cfg, work, ROUNDS)[0] for cfg in variants(shape)]
-    passed = [e for e in timed if e["passed"]]
-    torch_us = time_in_graphs(passed, work) if passed else None
-    row = {"dtype": dtype, "m": m, "n": n, "k": k, "torch_graph_us": torch_us, "candidates": timed}
-    print("\n".join(cluster_k.lines([row])), flush=True)
-    return row
-
-
-def main(argv: list[str] | None = None) -> int:
-    global TILES
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--tiles" in args:
-        at = args.index("--tiles")
-        TILES = args[at + 1]
-        del args[at : at + 2]
-    return shape_sweep.run(args, "lab.pingpong", __doc__, DEFAULT_SHAPES, configs_at, row_at, cluster_k.lines)
+def main(argv: Sequence[str] | None = None) -> int:
+    tiles = argparse.ArgumentParser(add_help=False)
+    tiles.add_argument("--tiles", choices=("128", "64"), default="128")
+    known, rest = tiles.parse_known_args(argv)
+    return shape_sweep.run_timed(rest, "lab.pingpong", __doc__, DEFAULT_SHAPES, partial(variants, tiles=known.tiles),
+                                 ROUNDS)  # fmt: skip
 
 
 if __name__ == "__main__":

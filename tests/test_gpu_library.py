@@ -347,6 +347,33 @@ def _repeats_bit_for_bit(launcher, a, b, launch, what, **options):
     return first
 
 
+def _fuses_then_repeats_with_pdl(launcher, shape, dtype, fused, repeated, what, seed):
+    """At one shape, on fresh inputs: `fused` with a bias (16-bit, of the other type than the input's) and GELU
+    into fp32, verified; `repeated` verified, then run again and on four streams (`_repeats_bit_for_bit`), then
+    with PDL, 20 launches queued back to back (each prologue overlapping the launch before): every result
+    bit-identical to the first."""
+    from dataclasses import replace
+
+    import cupy
+
+    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
+    from tutorial.check import random_problem, reference, verify
+
+    m, n, k = shape
+    a, b = random_problem(m, n, k, input_dtype(dtype), seed=seed)
+    bias = _bias(n, BFLOAT16 if dtype == "fp16" else FLOAT16, seed=seed)
+    launch = launcher.plan(a, b, config=fused, bias=bias, activation="gelu_tanh", out_dtype=FLOAT32)
+    assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
+    launch = launcher.plan(a, b, config=repeated)
+    assert verify(launch, reference(a, b), launch.out).passed
+    first = _repeats_bit_for_bit(launcher, a, b, launch, what, config=repeated)
+    pdl = replace(repeated, extra={**repeated.extra, "PDL": 1})
+    outs = [cupy.empty_like(first) for _ in range(20)]
+    for out in outs:
+        launcher.plan(a, b, out, config=pdl)()
+    assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), f"{what}: PDL differs"
+
+
 def _failures_over(launcher, configs, shapes, dtype, seed, layouts=("k",)):
     """Every config at every shape (and b layout: "k" K-major, "mn" MN-major where the config reads it in
     whole boxes), verified on fresh inputs: the list of what failed, named."""
@@ -520,11 +547,8 @@ def test_library_split_k_in_the_cluster_matches_reference_and_repeats_bit_for_bi
     Swapped and plain, 64- and 128-row tiles, slices of 2 and 4, one round and several (the slots handed
     back between tiles), K that does not split evenly, odd M and N, MN-major b, bias and GELU into fp32; then
     one plan again, with PDL back to back, and on four streams, every result bit-identical to the first."""
-    import cupy
 
     from deepgemm.config import GemmConfig
-    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
-    from tutorial.check import random_problem, reference, verify
 
     launcher = stage_or_skip(LIBRARY)
     sliced = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": 1, "CLUSTER_K": ck, "SWAP_AB": swap})
@@ -533,19 +557,7 @@ def test_library_split_k_in_the_cluster_matches_reference_and_repeats_bit_for_bi
     shapes = ((1, 2112, 7168), (9, 5000, 1000), (130, 4096, 200), (300, 7000, 4160))
     failures = _failures_over(launcher, sliced, shapes, dtype, seed=4600, layouts=("k", "mn"))
     assert not failures, "\n".join(failures)
-    a, b = random_problem(33, 2112, 7168, input_dtype(dtype), seed=46)
-    bias = _bias(2112, BFLOAT16 if dtype == "fp16" else FLOAT16, seed=46)
-    launch = launcher.plan(a, b, config=sliced[1], bias=bias, activation="gelu_tanh", out_dtype=FLOAT32)
-    assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
-    config = sliced[0]
-    launch = launcher.plan(a, b, config=config)
-    assert verify(launch, reference(a, b), launch.out).passed
-    first = _repeats_bit_for_bit(launcher, a, b, launch, "CLUSTER_K", config=config)
-    pdl = GemmConfig(block_m=64, block_n=8, extra={**config.extra, "PDL": 1})
-    outs = [cupy.empty_like(first) for _ in range(20)]
-    for out in outs:  # queued back to back: each prologue overlaps the launch before
-        launcher.plan(a, b, out, config=pdl)()
-    assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), "PDL chain differs"
+    _fuses_then_repeats_with_pdl(launcher, (33, 2112, 7168), dtype, sliced[1], sliced[0], "CLUSTER_K", seed=46)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -555,11 +567,8 @@ def test_library_pingpong_matches_reference_and_repeats_bit_for_bit_on_every_str
     and of fewer k-tiles than stages (the other warpgroup's passed over), odd M and N, MN-major b, bias and GELU
     into fp32; then one plan again, with PDL back to back, and on four streams, every result bit-identical to
     the first."""
-    import cupy
 
     from deepgemm.config import GemmConfig
-    from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, input_dtype
-    from tutorial.check import random_problem, reference, verify
 
     launcher = stage_or_skip(LIBRARY)
     turns = [GemmConfig(block_m=bm, block_n=bn, extra={"CLUSTER_M": cm, "CLUSTER_N": cn, "SWAP_AB": swap,
@@ -570,19 +579,7 @@ def test_library_pingpong_matches_reference_and_repeats_bit_for_bit_on_every_str
     shapes = ((1000, 3000, 1000), (4100, 520, 264), (129, 7000, 64), (777, 2112, 1500))
     failures = _failures_over(launcher, turns, shapes, dtype, seed=4700, layouts=("k", "mn"))
     assert not failures, "\n".join(failures)
-    a, b = random_problem(1000, 3000, 1000, input_dtype(dtype), seed=47)
-    bias = _bias(3000, BFLOAT16 if dtype == "fp16" else FLOAT16, seed=47)
-    launch = launcher.plan(a, b, config=turns[0], bias=bias, activation="gelu_tanh", out_dtype=FLOAT32)
-    assert verify(launch, reference(a, b, bias=bias, activation="gelu_tanh"), launch.out).passed
-    config = turns[1]
-    launch = launcher.plan(a, b, config=config)
-    assert verify(launch, reference(a, b), launch.out).passed
-    first = _repeats_bit_for_bit(launcher, a, b, launch, "PINGPONG", config=config)
-    pdl = GemmConfig(block_m=64, block_n=128, extra={**config.extra, "PDL": 1})
-    outs = [cupy.empty_like(first) for _ in range(20)]
-    for out in outs:  # queued back to back: each prologue overlaps the launch before
-        launcher.plan(a, b, out, config=pdl)()
-    assert all(bool((out.view(cupy.uint8) == first.view(cupy.uint8)).all()) for out in outs), "PDL chain differs"
+    _fuses_then_repeats_with_pdl(launcher, (1000, 3000, 1000), dtype, turns[0], turns[1], "PINGPONG", seed=47)
 
 
 def test_library_programmatic_dependent_launch_reads_what_the_kernel_before_wrote():
