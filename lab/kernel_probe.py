@@ -14,6 +14,9 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   and TMA? The variant stores every swapped tile's C by pointer, one 2-byte store per value, as the kernel did
   before; both run with as many stages as the shipped kernel fits beside its boxes. (The records
   kernel_probe_swap_tma*.json asked it the other way round, of the kernel before the boxes: lab/cli.py.)
+- `late_trigger`: does programmatic dependent launch pay more where the next kernel is let in late? The
+  variant triggers it when the producer has issued its last load instead of at the start; it is timed with
+  PDL beside the shipped kernel with PDL and without, in CUDA graphs, batches alternated.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -158,6 +161,18 @@ READ_WAIT_PATCHES = (
     ("        if (lane == 0) bulk_wait_group<0>();\n", "        if (lane == 0) bulk_wait_group_read<0>();\n"),
 )
 
+# PDL's trigger moved from the kernel's start to the producer's last load: the next kernel in the stream is
+# scheduled when every CTA of this one has issued its last TMA load (or exited), not as soon as they all start.
+LATE_TRIGGER_PATCHES = (
+    ("    griddepcontrol_wait();\n    griddepcontrol_launch_dependents();\n", "    griddepcontrol_wait();\n"),
+    (
+        "                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }\n                }\n            }\n"
+        "        }\n    } else {\n",
+        "                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }\n                }\n            }\n"
+        "            griddepcontrol_launch_dependents();\n        }\n    } else {\n",
+    ),
+)
+
 STAMP_HELPERS = f"""
 extern "C" __device__ unsigned long long lab_stamps[{MAX_CTAS} * {STAMP_SLOTS}];
 __device__ __forceinline__ void lab_stamp(int slot) {{
@@ -206,9 +221,10 @@ STAMP_PATCHES = (
 )
 
 VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
-            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES}
+            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "late_trigger": LATE_TRIGGER_PATCHES}
 # Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes).
-COMPARED = ("hints", "two_parts", "read_wait", "swap_pointer", "swap_tma", "swap_tma_read_wait", "against")
+COMPARED = ("hints", "two_parts", "read_wait", "swap_pointer", "swap_tma", "swap_tma_read_wait", "late_trigger",
+            "against")
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -287,6 +303,26 @@ def compare_row(work: Workload, cfg: GemmConfig, other: Path) -> dict[str, Any]:
             "other_over_shipped": fields["graph_us"] / fields["other_graph_us"]}  # fmt: skip
 
 
+def late_trigger_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
+    """`cfg` with PDL, its trigger at the start (shipped) and at the producer's last load (the variant), and
+    without PDL: the three graphs and torch.matmul's timed with their batches alternated, the variant's output
+    compared bit for bit with the shipped kernel's."""
+    torch = require_torch()
+    fields = heuristic.config_fields(cfg)
+    with_pdl = heuristic.config_from_fields({**fields, "PDL": 1})
+    without = heuristic.config_from_fields({**fields, "PDL": 0})
+    early, _ = launches_of(work, with_pdl, LIBRARY_KERNEL)
+    late, _ = launches_of(work, with_pdl, variant_kernel("late_trigger"))
+    off, _ = launches_of(work, without, LIBRARY_KERNEL)
+    same = bool(torch.equal(early[0](), late[0]()))
+    call_ms = device_us_per_call(early) / 1e3
+    graphs = {"": (early, call_ms), "other_": (late, call_ms), "no_pdl_": (off, call_ms),
+              "torch_": (call_launches(work, "torch")[TORCH], call_ms)}  # fmt: skip
+    timed = graph_fields(graphs, work)
+    return {"other": "late trigger", "identical": same, "config": heuristic.config_name(with_pdl), **timed,
+            "other_over_shipped": timed["graph_us"] / timed["other_graph_us"]}  # fmt: skip
+
+
 def stamps_row(work: Workload, cfg: GemmConfig, launches_in_a_row: int = 1) -> dict[str, Any]:
     """The stamping kernel launched `launches_in_a_row` times back to back on an idle GPU, the last launch's
     stamps read: per CTA, the us from the first CTA's start to each event. One launch meets a cold SM (its
@@ -328,6 +364,8 @@ def probe(
         fitted = stages_that_fit(work, cfg, LIBRARY_KERNEL)
         row["swap_pointer"] = {**compare_row(work, fitted, variant_kernel("swap_pointer")),
                                "config": heuristic.config_name(fitted)}  # fmt: skip
+    if "late_trigger" in variants:
+        row["late_trigger"] = late_trigger_row(work, cfg)
     if against is not None:
         row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:
@@ -345,8 +383,9 @@ def lines(rows: list[dict]) -> list[str]:
             if key in row:
                 h = row[key]
                 said = f" (as {h['config']})" if "config" in h else ""
+                off = f", no PDL {h['no_pdl_graph_us']:8.2f}" if "no_pdl_graph_us" in h else ""
                 out.append(f"{head}{said} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "
-                           f"(x {h['other_over_shipped']:.3f}), torch {h['torch_graph_us']:8.2f}, "
+                           f"(x {h['other_over_shipped']:.3f}){off}, torch {h['torch_graph_us']:8.2f}, "
                            f"identical {h['identical']}")  # fmt: skip
         for key in ("stamps", "stamps_in_a_row"):
             if key not in row:
@@ -369,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     parser.add_argument("--config", default=None,
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
-    parser.add_argument("--variants", default="hints,stamps", help="of hints, two_parts, stamps (default: %(default)s)")
+    parser.add_argument("--variants", default="hints,stamps",
+                        help="of hints, two_parts, read_wait, swap_pointer, late_trigger, stamps (default: "
+                        "%(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
     parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")

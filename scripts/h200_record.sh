@@ -10,6 +10,9 @@
 #                                   clusters of 4, one and two rounds cut, 256-row tiles), split-K with swap AB at odd M
 #                                   and splits in the cluster (CLUSTER_K 2 swapped at odd M, 4 over several rounds)
 #                                   (sanitizer_library_streamk.txt)
+#   scripts/h200_record.sh sanitize-pingpong  compute-sanitizer on the library kernel's ping-pong (64- and 128-row
+#                                   tiles, swap AB at odd M, clusters, odd tile counts per CTA, PDL)
+#                                   (sanitizer_library_pingpong.txt)
 #   scripts/h200_record.sh callhost the library call's host side against the tree in .old (lab's call_host.json)
 #   scripts/h200_record.sh profile  Nsight Compute per stage at 4096^3 FP16, compute-sanitizer on v3-v5, then
 #                                   the lab's v5_cluster and v5_group_m sweeps
@@ -152,6 +155,17 @@ elif [ "$part" = sanitize-streamk ]; then  # the schedules that cut tiles, at od
     appended=1
   done
   grep -E '^# (stages|commit)|^## |^exit|SUMMARY' results/h200/sanitizer_library_streamk.txt
+elif [ "$part" = sanitize-pingpong ]; then  # two warpgroups taking a CTA's tiles in turn, odd tile counts per CTA
+  for spec in "1000x3000x1000,129x7000x64 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=2,PINGPONG=1" \
+              "777x2112x1500,300x1000x520 BLOCK_M=128,BLOCK_N=144,CLUSTER_M=1,PINGPONG=1,NUM_STAGES=4" \
+              "777x4100x264 BLOCK_M=64,BLOCK_N=48,CLUSTER_M=2,SWAP_AB=1,PINGPONG=1" \
+              "1000x3000x1000 BLOCK_M=64,BLOCK_N=224,CLUSTER_M=2,PINGPONG=1,PDL=1"; do
+    set -- $spec
+    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=${appended:-0} timeout 300 \
+      bash scripts/sanitize.sh results/h200/sanitizer_library_pingpong.txt > /dev/null
+    appended=1
+  done
+  grep -E '^# (stages|commit)|^## |^exit|SUMMARY' results/h200/sanitizer_library_pingpong.txt
 elif [ "$part" = callhost ]; then
   timeout 300 python3 -m lab.call_host --against .old --record 2>&1 | tail -12
 elif [ "$part" = progression ]; then

@@ -19,7 +19,8 @@ def test_each_variant_patches_the_shipped_kernel(variant):
     source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
     assert source != LIBRARY_KERNEL.read_text()
     marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_pointer": "C_BY_POINTER SWAP_AB\n",
-              "read_wait": "bulk_wait_group_read<0>();", "stamps": "%%globaltimer"}[variant]
+              "read_wait": "bulk_wait_group_read<0>();", "stamps": "%%globaltimer",
+              "late_trigger": "}\n            griddepcontrol_launch_dependents();\n        }\n    } else {"}[variant]
     assert marker in source
 
 
