@@ -44,6 +44,10 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     f"had the swapped store boxes; {GONE} (`--variants swap_pointer` asks it the other way round)",
     "kernel_probe_swap_pointer": "python -m lab.kernel_probe --variants swap_pointer --shapes ... --name "
     "kernel_probe_swap_pointer --record (the record's provenance has the shapes)",
+    "kernel_probe_late_trigger": "python -m lab.kernel_probe --variants late_trigger --shapes ... --name "
+    "kernel_probe_late_trigger --record (the record's provenance has the shapes) at commit 01bc00a, whose kernel "
+    f"triggered PDL at its start and whose probe's variant moved the trigger to the producer's last load; {GONE} "
+    "(`--variants early_trigger` asks it the other way round)",
     "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
     "tile_order": "python -m lab.tile_order --record",

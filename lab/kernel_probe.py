@@ -14,9 +14,10 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   and TMA? The variant stores every swapped tile's C by pointer, one 2-byte store per value, as the kernel did
   before; both run with as many stages as the shipped kernel fits beside its boxes. (The records
   kernel_probe_swap_tma*.json asked it the other way round, of the kernel before the boxes: lab/cli.py.)
-- `late_trigger`: does programmatic dependent launch pay more where the next kernel is let in late? The
-  variant triggers it when the producer has issued its last load instead of at the start; it is timed with
-  PDL beside the shipped kernel with PDL and without, in CUDA graphs, batches alternated.
+- `early_trigger`: where should programmatic dependent launch let the next kernel in? The shipped kernel
+  triggers it when the producer has issued its last load, the variant at the start (as the kernel did before:
+  its record, asked the other way round, is kernel_probe_late_trigger.json); timed with PDL beside the
+  shipped kernel with PDL and without, in CUDA graphs, batches alternated.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -161,16 +162,11 @@ READ_WAIT_PATCHES = (
     ("        if (lane == 0) bulk_wait_group<0>();\n", "        if (lane == 0) bulk_wait_group_read<0>();\n"),
 )
 
-# PDL's trigger moved from the kernel's start to the producer's last load: the next kernel in the stream is
-# scheduled when every CTA of this one has issued its last TMA load (or exited), not as soon as they all start.
-LATE_TRIGGER_PATCHES = (
-    ("    griddepcontrol_wait();\n    griddepcontrol_launch_dependents();\n", "    griddepcontrol_wait();\n"),
-    (
-        "                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }\n                }\n            }\n"
-        "        }\n    } else {\n",
-        "                    if (++stage == NUM_STAGES) { stage = 0; phase ^= 1; }\n                }\n            }\n"
-        "            griddepcontrol_launch_dependents();\n        }\n    } else {\n",
-    ),
+# PDL's trigger at the kernel's start, where the kernel had it before it moved to the producer's last load: the
+# next kernel in the stream is scheduled as soon as every CTA of this one has started.
+EARLY_TRIGGER_PATCHES = (
+    ("    griddepcontrol_wait();\n", "    griddepcontrol_wait();\n    griddepcontrol_launch_dependents();\n"),
+    ("            griddepcontrol_launch_dependents();\n        }\n    } else {\n", "        }\n    } else {\n"),
 )
 
 STAMP_HELPERS = f"""
@@ -221,10 +217,10 @@ STAMP_PATCHES = (
 )
 
 VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
-            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "late_trigger": LATE_TRIGGER_PATCHES}
+            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "early_trigger": EARLY_TRIGGER_PATCHES}
 # Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes).
-COMPARED = ("hints", "two_parts", "read_wait", "swap_pointer", "swap_tma", "swap_tma_read_wait", "late_trigger",
-            "against")
+COMPARED = ("hints", "two_parts", "read_wait", "swap_pointer", "swap_tma", "swap_tma_read_wait", "early_trigger",
+            "late_trigger", "against")  # late_trigger: the record of the kernel that triggered at the start
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -303,23 +299,23 @@ def compare_row(work: Workload, cfg: GemmConfig, other: Path) -> dict[str, Any]:
             "other_over_shipped": fields["graph_us"] / fields["other_graph_us"]}  # fmt: skip
 
 
-def late_trigger_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
-    """`cfg` with PDL, its trigger at the start (shipped) and at the producer's last load (the variant), and
+def early_trigger_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
+    """`cfg` with PDL, its trigger at the producer's last load (shipped) and at the start (the variant), and
     without PDL: the three graphs and torch.matmul's timed with their batches alternated, the variant's output
     compared bit for bit with the shipped kernel's."""
     torch = require_torch()
     fields = heuristic.config_fields(cfg)
     with_pdl = heuristic.config_from_fields({**fields, "PDL": 1})
     without = heuristic.config_from_fields({**fields, "PDL": 0})
-    early, _ = launches_of(work, with_pdl, LIBRARY_KERNEL)
-    late, _ = launches_of(work, with_pdl, variant_kernel("late_trigger"))
+    shipped, _ = launches_of(work, with_pdl, LIBRARY_KERNEL)
+    early, _ = launches_of(work, with_pdl, variant_kernel("early_trigger"))
     off, _ = launches_of(work, without, LIBRARY_KERNEL)
-    same = bool(torch.equal(early[0](), late[0]()))
-    call_ms = device_us_per_call(early) / 1e3
-    graphs = {"": (early, call_ms), "other_": (late, call_ms), "no_pdl_": (off, call_ms),
+    same = bool(torch.equal(shipped[0](), early[0]()))
+    call_ms = device_us_per_call(shipped) / 1e3
+    graphs = {"": (shipped, call_ms), "other_": (early, call_ms), "no_pdl_": (off, call_ms),
               "torch_": (call_launches(work, "torch")[TORCH], call_ms)}  # fmt: skip
     timed = graph_fields(graphs, work)
-    return {"other": "late trigger", "identical": same, "config": heuristic.config_name(with_pdl), **timed,
+    return {"other": "early trigger", "identical": same, "config": heuristic.config_name(with_pdl), **timed,
             "other_over_shipped": timed["graph_us"] / timed["other_graph_us"]}  # fmt: skip
 
 
@@ -364,8 +360,8 @@ def probe(
         fitted = stages_that_fit(work, cfg, LIBRARY_KERNEL)
         row["swap_pointer"] = {**compare_row(work, fitted, variant_kernel("swap_pointer")),
                                "config": heuristic.config_name(fitted)}  # fmt: skip
-    if "late_trigger" in variants:
-        row["late_trigger"] = late_trigger_row(work, cfg)
+    if "early_trigger" in variants:
+        row["early_trigger"] = early_trigger_row(work, cfg)
     if against is not None:
         row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:
@@ -409,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None,
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps",
-                        help="of hints, two_parts, read_wait, swap_pointer, late_trigger, stamps (default: "
+                        help="of hints, two_parts, read_wait, swap_pointer, early_trigger, stamps (default: "
                         "%(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")

@@ -264,6 +264,19 @@ def test_library_multicasts_the_operands_its_cluster_shares(cluster_m, cluster_n
     )
 
 
+@pytest.mark.parametrize("knobs", [{}, {"SWAP_AB": 1, "BLOCK_N": 8, "BLOCK_M": 256, "CLUSTER_M": 1},
+                                   {"PARTIAL_TILES": 1, "CLUSTER_M": 1}, {"PINGPONG": 1, "BLOCK_N": 128}])
+def test_library_lets_the_next_kernel_in_after_its_last_load(knobs):
+    """[10] PDL: griddepcontrol.wait (ACQBULK) before any load, and one launch_dependents (PREEXIT), after the
+    producer's TMA loads in the code: the next kernel is let in once every CTA has issued its last load."""
+    code = sass(LIBRARY, launcher_defines(LIBRARY, False, **knobs))
+    lines = code.splitlines()
+    at = {op: [i for i, line in enumerate(lines) if re.search(rf"\b{op}\b", line)] for op in ("ACQBULK", "PREEXIT")}
+    loads = [i for i, line in enumerate(lines) if "UTMALDG" in line]
+    assert len(at["ACQBULK"]) == 1 and len(at["PREEXIT"]) == 1 and loads, at
+    assert at["ACQBULK"][0] < min(loads) < max(loads) < at["PREEXIT"][0]
+
+
 @pytest.mark.parametrize("block_n", [16, 48, 64, 112, 128, 176, 192, 208, 256])
 def test_library_issues_one_wgmma_shape_per_tile_width(block_n):
     """[7] BLOCK_N picks the instruction: four m64nBLOCK_Nk16 per k-tile (one per k16 step) and no other,

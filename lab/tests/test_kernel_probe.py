@@ -20,7 +20,7 @@ def test_each_variant_patches_the_shipped_kernel(variant):
     assert source != LIBRARY_KERNEL.read_text()
     marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_pointer": "C_BY_POINTER SWAP_AB\n",
               "read_wait": "bulk_wait_group_read<0>();", "stamps": "%%globaltimer",
-              "late_trigger": "}\n            griddepcontrol_launch_dependents();\n        }\n    } else {"}[variant]
+              "early_trigger": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();"}[variant]
     assert marker in source
 
 
