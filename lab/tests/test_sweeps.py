@@ -41,7 +41,7 @@ def test_every_lab_record_has_provenance_and_a_way_to_show_it():
 GONE = {  # record -> the commit it ran at
     "v5_gpc": "ba931e2", "v5_hiding": "c44a640", "v5_cluster_n": "416080e", "heuristic_refit": "2a720c5",
     "kernel_probe_two_parts": "86752d4", "kernel_probe_swap_tma_bf16": "86752d4", "kernel_probe_swap_tma": "86752d4",
-    "kernel_probe_swap_tma_read_wait": "e28bf50", "dynamic_units": "4f7b117",
+    "kernel_probe_swap_tma_read_wait": "e28bf50", "dynamic_units": "4f7b117", "kernel_probe_late_trigger": "01bc00a",
 }  # fmt: skip
 
 
