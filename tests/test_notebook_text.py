@@ -526,19 +526,17 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shapes = {(r["m"], r["n"], r["k"]) for r in results.load("shapes")["rows"]}
     assert "the model picks it at none of the 102 shapes" in text and len(shapes) == 102
     assert not any(heuristic.choose(m, n, k, 132).stream_k for m, n, k in shapes)
-    assert "That meets the aim on average (3%), not at worst (10%)" in text and mean <= 3 and worst > 10
+    assert 3 < mean < 3.5 < 10 < worst
+    assert "That is just over the aim on average (3%) and well over it at worst (10%)" in text
     alone = tables.band_summary(results.load("shapes")["rows"])
     line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
     assert f"alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
-    wide = {}
-    for m in (256, 512):
-        tuned = next(r for r in results.load("autotune")["rows"] if (r["m"], r["n"], r["k"]) == (m, 2112, 7168))
-        deep = min(c["us"] for c in tuned["candidates"] if c["passed"] and c["config"]["block_m"] == 256)
-        wide[m] = (deep, tuned["us"])
-    assert all(deep > entry for deep, entry in wide.values()) and (
-        f"this kernel's 256-row tiles, timed by autotune at 256 and 512 x 2112 x 7168, ran {wide[256][0]:.1f} and "
-        f"{wide[512][0]:.1f} µs queued, against {wide[256][1]:.1f} and {wide[512][1]:.1f} for the entries"
-    ) in text
+    probed = load_record("lab/", "kernel_probe_late_trigger")["rows"]
+    early = {(r["m"], r["n"]): r["late_trigger"] for r in probed}  # the record's shipped kernel triggered early
+    lost = [round(100 * (early[shape]["graph_us"] / early[shape]["other_graph_us"] - 1))
+            for shape in ((1, 28672), (16, 6144))]  # fmt: skip
+    assert lost == [4, 3] and all(r["late_trigger"]["other_over_shipped"] > 0.995 for r in probed)
+    assert "let in at the start instead, grids of 96 and 112 CTAs ran 3 to 4% slower in graphs" in text
     assert f"the model's {autotune.CANDIDATES} cheapest" in text
 
 
@@ -560,8 +558,13 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     assert "are not met" in text and (line["at_least_1"] < 0.9 * line["rows"] or line["median"] < 1.03)
     mid = [summary["graph, table", band]["worst"] for band in ("33-500", "501-1500")]
     worst_mid = [line["below"][0] for line in (summary["graph, table", b] for b in ("33-500", "501-1500"))]
-    assert "128x2112x7168 " in worst_mid[0] and "512x7168x2048 " in worst_mid[1]
-    assert f"the widest gap, {mid[0]:.2f}, at 128 x 2112 x 7168" in text
+    assert "256x7168x16384 " in worst_mid[0] and "512x7168x2048 " in worst_mid[1]
+    next_gap = min(r["x_torch_graph"] for r in rows if (r["m"], r["n"], r["k"]) == (128, 2112, 7168))
+    said = f"the widest gap, {mid[0]:.2f}, at 256 x 7168 x 16384 (above), then {next_gap:.2f} at 128 x 2112 x 7168"
+    assert said in text
+    tile = {r["config"].removesuffix(" jit") for r in rows if (r["m"], r["n"], r["k"]) == (256, 7168, 16384)}
+    alone = [f"{r['x_torch_graph']:.2f}" for r in rows if (r["m"], r["n"], r["k"]) == (256, 7168, 16384)]
+    assert tile == {"n112 c1 s1 st6"} and f"**256 x 7168 x 16384** at {' and '.join(alone)} (FP16, BF16" in text
     assert f"{mid[1]:.2f} at worst from 501 to 1500 (512 x 7168 x 2048)" in text
     medians = [f"{summary['graph, table', band]['median']:.3f}" for band in ("1-32", "33-500", "501-1500", ">1500")]
     said = "**The medians** in graphs: {} at M 1 to 32, {} at 33 to 500, {} at 501 to 1500, {} above".format(*medians)
@@ -598,12 +601,13 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     before = next(r for r in lab if (r["m"], r["n"], r["k"]) == (2048, 7168, 2048))
     entry = before["candidates"][0]  # the table's entry when the lab ran: whole 224-wide tiles
     assert entry["name"].startswith("n224 ") and " pp" not in entry["name"]
-    pingpong = [r["config"] for r in rows if (r["m"], r["n"], r["k"]) == (2048, 7168, 2048)]
-    alone = {f"{x(d, 2048, 7168, 2048, 'x_torch_graph_heuristic'):.2f}" for d in ("fp16", "bf16")}
-    assert all(" pp " in f"{c} " for c in pingpong) and len(alone) == 1 and (
+    pingpong = [r[f] for r in rows if (r["m"], r["n"], r["k"]) == (2048, 7168, 2048)
+                for f in ("config", "heuristic_config")]  # fmt: skip
+    alone = both(2048, 7168, 2048, "x_torch_graph_heuristic").removeprefix("at ")
+    assert all(" pp " in f"{c} " for c in pingpong) and (
         f"ping-pong ([13]) took 2048 x 7168 x 2048 {both(2048, 7168, 2048).replace('at ', 'to ', 1)} (its entry "
         f"before, whole 224-wide tiles, ran {before['torch_graph_us'] / entry['graph_us']:.2f} beside it in the "
-        f"lab's sweep). The heuristic alone keeps those ({alone.pop()} in both)"
+        f"lab's sweep). The heuristic alone now picks ping-pong there too ({alone})"
     ) in text
     bf16_alone = [(512, 7168, 2048), (64, 4096, 7168)]
     low, high = ([f"{x(d, *shape):.2f}" for shape in bf16_alone] for d in ("bf16", "fp16"))
@@ -637,13 +641,10 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     reached = {dtype: {(b["n"], b["k"]) for b in judged if b["aim"] == "yes" and b["dtype"] == dtype}
                for dtype in ("fp16", "bf16")}  # fmt: skip
     met = reached["fp16"] & reached["bf16"]
-    assert reached["bf16"] - reached["fp16"] == {(4096, 7168)} and reached["fp16"] == met
+    assert reached["bf16"] == reached["fp16"] == met
     said = f"{NUMBER_WORDS[len(met)].capitalize()} of the {NUMBER_WORDS[len(judged) // 2]} weights"
-    edge = [stream[d, 4096, 7168]["graph_gbs"] / 1e3 for d in ("fp16", "bf16")]
-    assert 3.45 <= edge[0] < 3.5 <= edge[1] < 3.6 and (  # "at its edge": just under the aim, and just over it
-        f"{said} of 32 MB or more reach it in both dtypes, 4096 x 7168 at its edge in BF16 alone ({edge[0]:.2f} TB/s "
-        f"in FP16, {edge[1]:.2f} in BF16)"
-    ) in text
+    assert f"{said} of 32 MB or more reach it in both dtypes; 4096 x 4096 and 6144 x 4096 stream" in text
+    assert {(b["n"], b["k"]) for b in judged} - met == {(4096, 4096), (6144, 4096)}
     slow = [stream[d, n, 4096]["graph_gbs"] / 1e3 for d in ("fp16", "bf16") for n in (4096, 6144)]
     assert f"stream {span(min(slow), max(slow), 2)} TB/s (still ahead of `torch.matmul` at 4096 x 4096)" in text
     assert all(stream[d, 4096, 4096]["graph_gbs"] > stream[d, 4096, 4096]["torch_graph_gbs"] for d in ("fp16", "bf16"))
@@ -802,6 +803,8 @@ def test_notebook_07_pingpong_numbers_are_the_lab_record_and_the_table():
     tuned = results.load("autotune")["rows"]
     taken = [r for r in tuned if r["config"].get("PINGPONG")]
     assert f"The table takes it at {len(taken)} of its {len(tuned)} shapes" in text
+    shapes = {(r["m"], r["n"], r["k"]) for r in results.load("shapes")["rows"]}
+    assert f"the model alone at {sum(heuristic.choose(*shape, 132).pingpong for shape in shapes)}, pricing" in text
 
 
 def test_notebook_07_stays_about_2500_words():
