@@ -85,7 +85,9 @@ That leaves at most about 1,300 candidates (1 x 4096 x 4096: 218, 4096^3: 812, 7
 
 The pick is the cheapest; among equals, the one the model without the power bound prices lower (what
 would be faster at the full clock), then the one that computes fewer padded outputs, then keeps fewer SMs
-busy (they leave power to the others), then has the larger tile, then the smaller cluster, then one that
+busy (they leave power to the others), then has the wider wgmma (in the record's ties at 256 x 4096 x 4096 and
+4096 x 7168 and 512 x 2112 x 7168, 64 x 128 tiles ran 2 to 6% faster than 128 x 64 ones in either orientation),
+then has the larger tile, then the smaller cluster, then one that
 multicasts the weight's tile before one that multicasts only the tokens' (in the record 120 of 167 pairs
 that differ only there ran faster sharing the weight), then one along M' (sharing B, the kernel's default)
 before one along N'. The autotune
@@ -100,13 +102,13 @@ model's 8 cheapest candidates, the cheapest of each family and the kernel's defa
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
 free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
 space with 256-row tiles, 41 of them timed again with splits in the cluster and 42 with ping-pong;
-results/h200/autotune.json) the model's first choice among the timed candidates is on average 3.1% slower
+results/h200/autotune.json) the model's first choice among the timed candidates is on average 3.0% slower
 than the fastest (at worst 21.5%; 6 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the
 measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers
 against the record). The worst is a split in the cluster 256 wide (256 x 4096 x 7168), which the record
 timed because the space offered it then and which it no longer offers: among what it offers, the model's
-pick is 2.8% from the fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed
-them and the table ranks them, 2.4% on average and 13.6% at worst). Fitted on half the layers (N x K) and
+pick is 2.6% from the fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed
+them and the table ranks them, 2.1% on average and 13.6% at worst). Fitted on half the layers (N x K) and
 scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
 --cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 256,
 384 and 512 x 4096 x 4096, 16% to 19% behind a swapped tile the model prices level with the plain one it
@@ -481,14 +483,17 @@ class Price(NamedTuple):
     fewer rounds: what would be faster at the full clock), the outputs computed, padding included (fewer
     waste fewer MMAs), the busiest worker's k-tile loop (among equals bound by HBM, the one that spreads
     the stream over more SMs, each with less to fetch), the SMs kept busy (fewer leave power to the
-    others), the tile's area, negated (the larger tile), the cluster's CTAs (fewer to wait for), and whether
-    the cluster multicasts only the tokens' tile, not the weight's (the weight's multicast is the faster)."""
+    others), the wgmma's N, negated (the wider: each m64 fragment of A it reads from shared memory feeds more
+    MMAs, so 64 x 128 tiles go before 128 x 64), the tile's area, negated (the larger tile), the cluster's
+    CTAs (fewer to wait for), and whether the cluster multicasts only the tokens' tile, not the weight's (the
+    weight's multicast is the faster)."""
 
     estimate_us: float
     unpowered_us: float
     computed: int
     loop_us: float
     busy_sms: int
+    narrower_wgmma: int
     smaller_tile: int
     cluster_ctas: int
     tokens_multicast: bool
@@ -520,7 +525,8 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     estimate = max(hbm_us, max(on_chip_us, power_us) - hidden_us) + rest_us
     unpowered = max(hbm_us, on_chip_us - hidden_us) + rest_us
     ctas = size * t.cluster_k
-    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -area, ctas, multicasts_tokens_only(t))
+    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -t.block_n, -area, ctas,
+                 multicasts_tokens_only(t))
 
 
 def multicasts_tokens_only(t: Tiling) -> bool:

@@ -200,7 +200,19 @@ def test_ties_go_to_less_padding_then_fewer_sms_then_the_larger_tile():
     assert t.swap_ab and t.block_n == 8 and plain.estimate_us == best.estimate_us and plain.computed > best.computed
     assert [p for p, _ in ranked] == sorted(p for p, _ in ranked)
     assert heuristic.Price._fields == ("estimate_us", "unpowered_us", "computed", "loop_us", "busy_sms",
-                                       "smaller_tile", "cluster_ctas", "tokens_multicast")  # fmt: skip
+                                       "narrower_wgmma", "smaller_tile", "cluster_ctas",
+                                       "tokens_multicast")  # fmt: skip
+
+
+def test_among_equals_the_wider_wgmma_goes_first():
+    """256 x 4096 x 4096: 128 x 64 and 64 x 128 tiles (plain or swapped) price alike, 128 tiles on 128 SMs; the
+    64 x 128 tile's one m64n128 wgmma per k16 step reads its A fragment once for 128 columns, where the 128 x 64
+    tile's two m64n64 read two (the record: 64 x 128 tiles 18.2 and 18.3 us in graphs, 128 x 64 19.4 and 19.8)."""
+    ranked = heuristic.ranked(256, 4096, 4096, 132)
+    best, t = ranked[0]
+    narrow = next(p for p, other in ranked if (other.block_m, other.block_n) == (128, 64))
+    assert (t.block_m, t.block_n) == (64, 128) and narrow.estimate_us == best.estimate_us
+    assert narrow[:5] == best[:5] and narrow.narrower_wgmma > best.narrower_wgmma
 
 
 def test_among_tilings_bound_by_hbm_alike_the_shorter_loop_goes_first():
@@ -688,7 +700,7 @@ def test_the_model_launches_cut_tiles_without_pdl():
     54 split-K and stream-K configurations a median 1.5% (the note at PDL_BELOW_US)."""
 
     def pays(t: heuristic.Tiling, estimate_us: float = 12.0, busy: int = 64, m: int = 1) -> bool:
-        return heuristic.pdl_pays(t, heuristic.Price(estimate_us, estimate_us, 0, 0.0, busy, 0, 1, False), m, 132)
+        return heuristic.pdl_pays(t, heuristic.Price(estimate_us, estimate_us, 0, 0.0, busy, 0, 0, 1, False), m, 132)
 
     assert pays(heuristic.Tiling(64, 8, swap_ab=True))
     assert not pays(heuristic.Tiling(64, 8, split_k=2, swap_ab=True))
@@ -703,7 +715,7 @@ def test_the_model_launches_cut_tiles_without_pdl():
                                                  (100, 1, True), (96, 128, True), (132, 1, True)])  # fmt: skip
 def test_no_pdl_at_small_m_where_the_grid_leaves_a_third_of_the_next_one_room(busy, m, pays):
     """PDL_CROWDED_BELOW_M: at M under 128, a grid keeping 67 to 99 of 132 SMs busy runs without PDL."""
-    price = heuristic.Price(12.0, 12.0, 0, 0.0, busy, 0, 1, False)
+    price = heuristic.Price(12.0, 12.0, 0, 0.0, busy, 0, 0, 1, False)
     assert heuristic.pdl_pays(heuristic.Tiling(64, 8, swap_ab=True), price, m, 132) is pays
 
 
