@@ -226,7 +226,10 @@ PDL_CROWDED_BELOW_M = 128
 # With PDL the next call's CTAs start on the SMs a grid leaves free. In CUDA graphs (lab/results/h200/
 # pdl_pairs.json and autotune.json, whole tiles under 50 us) PDL slowed none of 21 grids of 66 busy SMs or
 # fewer (the next grid fits beside them), 5 of 75 of 100 or more, and 17 of 23 of 80 to 99, by up to 12%
-# (1 x 24576 x 1536, 1 and 16 x 6144 x 4096); the six of those that gained have M of 192 to 512.
+# (1 x 24576 x 1536, 1 and 16 x 6144 x 4096); the six of those that gained have M of 192 to 512. Those runs
+# let the next kernel in at the start; the kernel now does so at its last load, which at 16 x 6144 x 4096 took
+# PDL from 2% slower than none to 1% faster (lab/results/h200/kernel_probe_late_trigger.json): one point, so
+# the rule stands until pdl_pairs is timed again.
 
 
 class Tiling(NamedTuple):
