@@ -118,6 +118,18 @@ sharded_file() {
   for ((i = 0; i < shards; i++)); do echo "## shard $((i + 1)) of $shards"; tail -12 "$dir/log$i"; done | tee -a "$file"
 }
 
+# compute-sanitizer on the library kernel, one log for several "SHAPES KNOBS" specs, then its summary lines:
+# sanitized_specs FILE SPEC...
+sanitized_specs() {
+  local file=$1 append=0 spec; shift
+  for spec in "$@"; do
+    set -- $spec
+    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=$append timeout 300 bash scripts/sanitize.sh "$file" > /dev/null
+    append=1
+  done
+  grep -E '^# (stages|commit)|^## |^exit|SUMMARY' "$file"
+}
+
 out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
 if [ "$part" = bench ]; then  # the tests last: one of them checks that the kernels are the recorded ones
   python3 -m tutorial bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
@@ -132,40 +144,26 @@ elif [ "$part" = sanitize ]; then
   STAGES=v3,v4,v5 timeout 250 bash scripts/sanitize.sh results/h200/sanitizer.txt
   # The library kernel: 64-row tiles at 1024 x 1024 (two rounds of tiles per CTA), split-K 4 over four rounds
   # of units, swap AB with split-K at an odd M, and the default 128 x 256 tiles in clusters of two
-  STAGES=library SHAPES=1024x1024x256 KNOBS=BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1 timeout 200 \
-    bash scripts/sanitize.sh results/h200/sanitizer_library.txt
-  for spec in "256x2048x1024 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1,SPLIT_K=4" \
-              "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
-              "1024x2048x256 CLUSTER_M=2"; do
-    set -- $spec
-    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=1 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer_library.txt
-  done
+  sanitized_specs results/h200/sanitizer_library.txt "1024x1024x256 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1" \
+    "256x2048x1024 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1,SPLIT_K=4" \
+    "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
+    "1024x2048x256 CLUSTER_M=2"
 elif [ "$part" = sanitize-streamk ]; then  # the schedules that cut tiles, at odd M and odd tile counts
-  for spec in "777x4096x520,33x1000x1000 SWAP_AB=1,BLOCK_N=200,BLOCK_M=128,CLUSTER_M=1,CLUSTER_N=4,STREAM_K=1,NUM_STAGES=5" \
-              "1000x4096x4160,129x7000x520 BLOCK_M=128,BLOCK_N=176,CLUSTER_M=1,STREAM_K=1" \
-              "2500x3000x200 BLOCK_M=64,BLOCK_N=128,CLUSTER_M=2,CLUSTER_N=2,STREAM_K=2" \
-              "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
-              "777x2112x1000,300x520x200 BLOCK_M=256,BLOCK_N=112,CLUSTER_M=2,STREAM_K=1,SWAP_AB=1,NUM_STAGES=4" \
-              "1000x4096x1040 BLOCK_M=256,BLOCK_N=128,CLUSTER_M=2,STREAM_K=1,NUM_STAGES=4" \
-              "17x2112x7168,9x5000x1000 BLOCK_M=64,BLOCK_N=24,CLUSTER_M=1,CLUSTER_K=2,SWAP_AB=1,NUM_STAGES=8" \
-              "300x7000x4160 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=1,CLUSTER_K=4,NUM_STAGES=4"; do
-    set -- $spec
-    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=${appended:-0} timeout 300 \
-      bash scripts/sanitize.sh results/h200/sanitizer_library_streamk.txt > /dev/null
-    appended=1
-  done
-  grep -E '^# (stages|commit)|^## |^exit|SUMMARY' results/h200/sanitizer_library_streamk.txt
+  sanitized_specs results/h200/sanitizer_library_streamk.txt \
+    "777x4096x520,33x1000x1000 SWAP_AB=1,BLOCK_N=200,BLOCK_M=128,CLUSTER_M=1,CLUSTER_N=4,STREAM_K=1,NUM_STAGES=5" \
+    "1000x4096x4160,129x7000x520 BLOCK_M=128,BLOCK_N=176,CLUSTER_M=1,STREAM_K=1" \
+    "2500x3000x200 BLOCK_M=64,BLOCK_N=128,CLUSTER_M=2,CLUSTER_N=2,STREAM_K=2" \
+    "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
+    "777x2112x1000,300x520x200 BLOCK_M=256,BLOCK_N=112,CLUSTER_M=2,STREAM_K=1,SWAP_AB=1,NUM_STAGES=4" \
+    "1000x4096x1040 BLOCK_M=256,BLOCK_N=128,CLUSTER_M=2,STREAM_K=1,NUM_STAGES=4" \
+    "17x2112x7168,9x5000x1000 BLOCK_M=64,BLOCK_N=24,CLUSTER_M=1,CLUSTER_K=2,SWAP_AB=1,NUM_STAGES=8" \
+    "300x7000x4160 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=1,CLUSTER_K=4,NUM_STAGES=4"
 elif [ "$part" = sanitize-pingpong ]; then  # two warpgroups taking a CTA's tiles in turn, odd tile counts per CTA
-  for spec in "1000x3000x1000,129x7000x64 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=2,PINGPONG=1" \
-              "777x2112x1500,300x1000x520 BLOCK_M=128,BLOCK_N=144,CLUSTER_M=1,PINGPONG=1,NUM_STAGES=4" \
-              "777x4100x264 BLOCK_M=64,BLOCK_N=48,CLUSTER_M=2,SWAP_AB=1,PINGPONG=1" \
-              "1000x3000x1000 BLOCK_M=64,BLOCK_N=224,CLUSTER_M=2,PINGPONG=1,PDL=1"; do
-    set -- $spec
-    STAGES=library SHAPES=$1 KNOBS=$2 APPEND=${appended:-0} timeout 300 \
-      bash scripts/sanitize.sh results/h200/sanitizer_library_pingpong.txt > /dev/null
-    appended=1
-  done
-  grep -E '^# (stages|commit)|^## |^exit|SUMMARY' results/h200/sanitizer_library_pingpong.txt
+  sanitized_specs results/h200/sanitizer_library_pingpong.txt \
+    "1000x3000x1000,129x7000x64 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=2,PINGPONG=1" \
+    "777x2112x1500,300x1000x520 BLOCK_M=128,BLOCK_N=144,CLUSTER_M=1,PINGPONG=1,NUM_STAGES=4" \
+    "777x4100x264 BLOCK_M=64,BLOCK_N=48,CLUSTER_M=2,SWAP_AB=1,PINGPONG=1" \
+    "1000x3000x1000 BLOCK_M=64,BLOCK_N=224,CLUSTER_M=2,PINGPONG=1,PDL=1"
 elif [ "$part" = callhost ]; then
   timeout 300 python3 -m lab.call_host --against .old --record 2>&1 | tail -12
 elif [ "$part" = progression ]; then
