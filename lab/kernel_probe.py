@@ -284,39 +284,31 @@ def stages_that_fit(work: Workload, cfg: GemmConfig, path: Path) -> GemmConfig:
     raise ValueError(f"{heuristic.config_name(cfg)}: no number of stages fits {path.name}")
 
 
-def compare_row(work: Workload, cfg: GemmConfig, other: Path) -> dict[str, Any]:
+def compare_row(
+    work: Workload, cfg: GemmConfig, other: Path, beside: dict[str, list[Callable[[], Any]]] | None = None
+) -> dict[str, Any]:
     """The shipped kernel and the kernel at `other` with the same config: their outputs compared bit for bit,
-    their graphs timed with torch.matmul's, batches alternated."""
+    their graphs timed with torch.matmul's (and `beside`'s launches, by field prefix), batches alternated."""
     torch = require_torch()
     shipped, _ = launches_of(work, cfg, LIBRARY_KERNEL)
     others, _ = launches_of(work, cfg, other)
     same = bool(torch.equal(shipped[0](), others[0]()))
     call_ms = device_us_per_call(shipped) / 1e3
     torch_launches = call_launches(work, "torch")[TORCH]
-    graphs = {"": (shipped, call_ms), "other_": (others, call_ms), "torch_": (torch_launches, call_ms)}
-    fields = graph_fields(graphs, work)
+    launches = {"": shipped, "other_": others, **(beside or {}), "torch_": torch_launches}
+    fields = graph_fields({prefix: (runs, call_ms) for prefix, runs in launches.items()}, work)
     return {"other": other.name, "identical": same, **fields,
             "other_over_shipped": fields["graph_us"] / fields["other_graph_us"]}  # fmt: skip
 
 
 def early_trigger_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
-    """`cfg` with PDL, its trigger at the producer's last load (shipped) and at the start (the variant), and
-    without PDL: the three graphs and torch.matmul's timed with their batches alternated, the variant's output
-    compared bit for bit with the shipped kernel's."""
-    torch = require_torch()
+    """`cfg` with PDL, its trigger at the producer's last load (shipped) and at the start (the variant), beside
+    `cfg` without PDL (`compare_row`, the graph without PDL as "no_pdl_")."""
     fields = heuristic.config_fields(cfg)
     with_pdl = heuristic.config_from_fields({**fields, "PDL": 1})
-    without = heuristic.config_from_fields({**fields, "PDL": 0})
-    shipped, _ = launches_of(work, with_pdl, LIBRARY_KERNEL)
-    early, _ = launches_of(work, with_pdl, variant_kernel("early_trigger"))
-    off, _ = launches_of(work, without, LIBRARY_KERNEL)
-    same = bool(torch.equal(shipped[0](), early[0]()))
-    call_ms = device_us_per_call(shipped) / 1e3
-    graphs = {"": (shipped, call_ms), "other_": (early, call_ms), "no_pdl_": (off, call_ms),
-              "torch_": (call_launches(work, "torch")[TORCH], call_ms)}  # fmt: skip
-    timed = graph_fields(graphs, work)
-    return {"other": "early trigger", "identical": same, "config": heuristic.config_name(with_pdl), **timed,
-            "other_over_shipped": timed["graph_us"] / timed["other_graph_us"]}  # fmt: skip
+    off, _ = launches_of(work, heuristic.config_from_fields({**fields, "PDL": 0}), LIBRARY_KERNEL)
+    row = compare_row(work, with_pdl, variant_kernel("early_trigger"), beside={"no_pdl_": off})
+    return {**row, "other": "early trigger", "config": heuristic.config_name(with_pdl)}
 
 
 def stamps_row(work: Workload, cfg: GemmConfig, launches_in_a_row: int = 1) -> dict[str, Any]:

@@ -95,9 +95,9 @@ def candidate_configs(
     picked = {c.name(): c.config() for c in ranked[:count]}
     room = most - (config_name(default) not in picked)
     families = {family(c) for c in ranked[:count]}
-    # [13] Ping-pong's families first: the model prices their 128-row tiles' L2 traffic as any 128-row tile's,
-    # and ranks them far down, where in lab/results/h200/pingpong.json one of them beat the table's entry at 15
-    # of 18 shapes with several rounds of tiles.
+    # [13] Ping-pong's families first: the model prices what ping-pong hides at the lab's median (0.4 to 1.6 us
+    # a tile in lab/results/h200/pingpong.json, where one of them beat the table's entry at 15 of 18 shapes
+    # with several rounds of tiles), so they may rank below the cheapest where they are worth timing.
     for choice in sorted(ranked[count:], key=lambda c: not c.pingpong):
         if len(picked) >= room:
             break
