@@ -83,15 +83,17 @@ That leaves at most about 1,300 candidates (1 x 4096 x 4096: 218, 4096^3: 812, 7
   such rows of C by pointer, in place.
 - **A launch**, LAUNCH_US.
 
-The pick is the cheapest; among equals, the one the model without the power bound prices lower (what
-would be faster at the full clock), then the one that computes fewer padded outputs, then keeps fewer SMs
-busy (they leave power to the others), then has the wider wgmma (in the record's ties at 256 x 4096 x 4096 and
-4096 x 7168 and 512 x 2112 x 7168, 64 x 128 tiles ran 2 to 6% faster than 128 x 64 ones in either orientation),
-then has the larger tile, then the smaller cluster, then one that
-multicasts the weight's tile before one that multicasts only the tokens' (in the record 120 of 167 pairs
-that differ only there ran faster sharing the weight), then one along M' (sharing B, the kernel's default)
-before one along N'. The autotune
-table (`tutorial.autotune`) replaces the model's guess with a measurement for every shape it holds.
+The pick is the cheapest; among equals (`Price`), the one the model without the power bound prices lower (what
+would be faster at the full clock), then the one that computes fewer padded outputs, then one launched with
+PDL, then the smaller cluster (among tilings bound by HBM alike, 64 SMs without one ran ahead of 128 in
+clusters of two at 16 to 32 tokens), then the shorter loop for its busiest worker, then keeps fewer SMs busy
+(they leave power to the others), then has the wider wgmma (in the record's ties at 256 x 4096 x 4096 and 4096
+x 7168 and 512 x 2112 x 7168, 64 x 128 tiles ran 2 to 6% faster than 128 x 64 ones in either orientation),
+then has the larger tile, then multicasts the weight's tile before only the tokens' (in the record 120 of 167
+pairs that differ only there ran faster sharing the weight), then one along M' (sharing B, the kernel's
+default) before one along N'. It is launched with PDL under PDL_BELOW_US (`pdl_pays`) and compiled for the
+weight's N and K under JIT_BELOW_US. The autotune table (`tutorial.autotune`) replaces the model's guess with
+a measurement for every shape it holds.
 
 The constants are the H200's: its clock under load (near 1.7 GHz at the power cap), its dense rate, HBM,
 and eleven fitted to its autotune record (marked below; `python -m lab.fit_heuristic` searches nine, holds
@@ -102,22 +104,22 @@ model's 8 cheapest candidates, the cheapest of each family and the kernel's defa
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
 free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
 space with 256-row tiles, 41 of them timed again with splits in the cluster and 42 with ping-pong;
-results/h200/autotune.json) the model's first choice among the timed candidates is on average 3.0% slower
+results/h200/autotune.json) the model's first choice among the timed candidates is on average 2.7% slower
 than the fastest (at worst 21.5%; 6 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the
 measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers
 against the record). The worst is a split in the cluster 256 wide (256 x 4096 x 7168), which the record
 timed because the space offered it then and which it no longer offers: among what it offers, the model's
-pick is 2.6% from the fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed
-them and the table ranks them, 2.1% on average and 13.6% at worst). Fitted on half the layers (N x K) and
+pick is 2.4% from the fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed
+them and the table ranks them, 1.7% on average and 11.3% at worst). Fitted on half the layers (N x K) and
 scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
---cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 256,
-384 and 512 x 4096 x 4096, 16% to 19% behind a swapped tile the model prices level with the plain one it
+--cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 384
+and 512 x 4096 x 4096, 16% and 18% behind a swapped tile the model prices level with the plain one it
 picks or up to 12% dearer (swapped tiles store C through TMA since the model was fitted, and it prices no
 epilogue apart); at 1536 x 4096 x 4096, 16% behind its own swapped tile in a cluster along the other side,
 which it prices level; at 256 x 24576 x 1536, 17% behind queued with 128 x 128 ping-pong tiles, which in a CUDA
 graph ran 4% behind. Over the lab's sweeps of the space (lab/results/h200/library_space*.json,
-21 problems, mid M among them with the model's 24 cheapest each) its first choice is within 5.1% of the
-fastest (1.2% on average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing
+21 problems, mid M among them with the model's 24 cheapest each) its first choice is within 4.8% of the
+fastest (1.1% on average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing
 no cluster where the one sharing the weight ran 3 to 16% faster.
 """
 
@@ -180,9 +182,10 @@ K_TILE_OVERHEAD_CLOCKS = 128  # per k-tile besides the MMAs: barrier hand-offs, 
 CLUSTER_SYNC_CLOCKS = 16  # per k-tile and CTA of a cluster past the first: a multicast stage is refilled only
 # when every CTA it feeds has released it, so a cluster keeps its slowest CTA's pace (fitted, with 2 x 2
 # against 2 x 1 at 4096^3 and 8192^3 from lab/results/h200/v5_cluster_n.json)
-SM_HBM_GBS = 60.0  # what one SM's loads in flight stream from HBM: stages in flight over HBM's latency. The
+SM_HBM_GBS = 65.0  # what one SM's loads in flight stream from HBM: stages in flight over HBM's latency. The
 # record's 1 x 4096 x 4096 streams its 32 MB weight from 64 SMs (swap m64 n8 s1) in 12.7 us, 8.0 past
-# LAUNCH_US: 65 GB/s each; held at 40 the model split K to busy 128 SMs, which ran 8% slower (13% at K 14336)
+# LAUNCH_US: 65 GB/s each, so 64 SMs reach HBM_GBS; held at 40 the model split K to busy 128 SMs, which ran 8%
+# slower (13% at K 14336); at 60, 128 SMs in clusters of two went ahead of 64 without one at 16 to 32 tokens
 L2_GBS = 8000.0  # operand bytes L2 delivers to all SMs together, GB/s (fitted)
 L2_MERGE_READERS = 13  # the reads of one operand tile the L2 request coalescer lets through when all its
 # readers run at once: Nsight Compute counted 33 clusters' reads of one token tile merged to about 13 at
@@ -231,6 +234,14 @@ PDL_CROWDED_BELOW_M = 128
 # PDL from 2% slower than none to 1% faster (lab/results/h200/kernel_probe_late_trigger.json): one point, so
 # the rule stands until pdl_pairs is timed again.
 
+# [11] The weight's N and K compiled into the kernel (SHAPE_JIT: 22-25% fewer SASS instructions, the loop's
+# bounds and the tile counts constants) pays most where the kernel is short and its prologue and index
+# arithmetic weigh most. Autotune times every entry against itself with them compiled in, in a pair of CUDA
+# graphs (results/h200/autotune.json, "shape_jit"): where the model's estimate of the entry is under this,
+# compiling them in was faster at 31 of 39 shapes, by a median 1.2% (2.8% slower at worst); above it, by a
+# median 0.3% (45 of 63 faster, 12.5% slower at worst). The price: a tiling compiles once per weight shape it serves.
+JIT_BELOW_US = 30.0
+
 
 class Tiling(NamedTuple):
     """A configuration as the model prices it: everything but the pipeline's depth (module docstring)."""
@@ -262,6 +273,7 @@ class Choice:
     pdl: bool = False
     cluster_k: int = 1
     pingpong: bool = False
+    shape_jit: bool = False  # [11] the weight's N and K compiled in (JIT_BELOW_US)
 
     def tiling(self) -> Tiling:
         return Tiling(self.block_m, self.block_n, self.cluster_m, self.cluster_n, self.split_k, self.stream_k,
@@ -279,6 +291,8 @@ class Choice:
             extra["CLUSTER_K"] = self.cluster_k
         if self.pingpong:
             extra["PINGPONG"] = 1
+        if self.shape_jit:
+            extra["SHAPE_JIT"] = 1
         return GemmConfig(block_m=self.block_m, block_n=self.block_n, num_stages=self.num_stages, extra=extra)
 
     def name(self) -> str:
@@ -481,24 +495,29 @@ def l2_bytes(m: int, n: int, k: int, t: Tiling, one_round: bool) -> float:
 
 
 class Price(NamedTuple):
-    """What the model says of a tiling, in the order the pick compares it: the estimate; among equals (the
-    power bound prices equal work equally), the estimate without the power bound (less overhead per k-tile,
-    fewer rounds: what would be faster at the full clock), the outputs computed, padding included (fewer
-    waste fewer MMAs), the busiest worker's k-tile loop (among equals bound by HBM, the one that spreads
-    the stream over more SMs, each with less to fetch), the SMs kept busy (fewer leave power to the
+    """What the model says of a tiling, in the order the pick compares it: the estimate; among equals (the power
+    bound prices equal work equally), the estimate without the power bound (less overhead per k-tile, fewer
+    rounds: what would be faster at the full clock), the outputs computed, padding included (fewer waste fewer
+    MMAs), whether it is launched without PDL (`pdl_pays`: one launched with it overlaps its prologue with the
+    kernel before; at 16 x 24576 x 1536 the 128-SM tile with PDL ran 6% ahead of the 96-SM one the crowded rule
+    launches without), the cluster's CTAs (fewer to wait for: a multicast stage is refilled only when every CTA it
+    feeds has let it go; among the record's tilings bound by HBM alike, 64 SMs without a cluster ran 5 to 9% ahead
+    of 112 or 128 in clusters of two at 16 to 32 x 4096 x 4096, 16 x 4096 x 7168 and 128 x 7168 x 2048, and 5%
+    behind at 128 x 7168 x 16384), the busiest worker's k-tile loop (among equals bound by HBM, the one that
+    spreads the stream over more SMs, each with less to fetch), the SMs kept busy (fewer leave power to the
     others), the wgmma's N, negated (the wider: each m64 fragment of A it reads from shared memory feeds more
-    MMAs, so 64 x 128 tiles go before 128 x 64), the tile's area, negated (the larger tile), the cluster's
-    CTAs (fewer to wait for), and whether the cluster multicasts only the tokens' tile, not the weight's (the
-    weight's multicast is the faster)."""
+    MMAs, so 64 x 128 tiles go before 128 x 64), the tile's area, negated (the larger tile), and whether the
+    cluster multicasts only the tokens' tile, not the weight's (the weight's multicast is the faster)."""
 
     estimate_us: float
     unpowered_us: float
     computed: int
+    without_pdl: bool
+    cluster_ctas: int
     loop_us: float
     busy_sms: int
     narrower_wgmma: int
     smaller_tile: int
-    cluster_ctas: int
     tokens_multicast: bool
 
 
@@ -528,7 +547,8 @@ def price(m: int, n: int, k: int, t: Tiling, sm_count: int) -> Price:
     estimate = max(hbm_us, max(on_chip_us, power_us) - hidden_us) + rest_us
     unpowered = max(hbm_us, on_chip_us - hidden_us) + rest_us
     ctas = size * t.cluster_k
-    return Price(estimate, unpowered, work.tiles * size * area, loop_us, busy, -t.block_n, -area, ctas,
+    without_pdl = not pdl_pays(t, estimate, busy, m, sm_count)
+    return Price(estimate, unpowered, work.tiles * size * area, without_pdl, ctas, loop_us, busy, -t.block_n, -area,
                  multicasts_tokens_only(t))
 
 
@@ -715,20 +735,20 @@ def model_accuracy(rows: list[dict], sm_count: int) -> tuple[list[float], list[f
 def choose(m: int, n: int, k: int, sm_count: int, b_mn_major: bool = False, a_mn_major: bool = False) -> Choice:
     """The model's pick for an M x N x K problem on `sm_count` SMs."""
     best, t = ranked(m, n, k, sm_count, b_mn_major, a_mn_major)[0]
-    return replace(priced(t, best.estimate_us), pdl=pdl_pays(t, best, m, sm_count))
+    return replace(priced(t, best.estimate_us), pdl=not best.without_pdl, shape_jit=best.estimate_us < JIT_BELOW_US)
 
 
-def pdl_pays(t: Tiling, price: Price, m: int, sm_count: int) -> bool:
+def pdl_pays(t: Tiling, estimate_us: float, busy_sms: int, m: int, sm_count: int) -> bool:
     """Whether the model launches a tiling with PDL: under PDL_BELOW_US, only where no tile is cut along K in
     global memory (split-K, stream-K; [12] a split in the cluster may), and not at small M on a grid that keeps
     more than half and at most three quarters of the SMs busy: in CUDA graphs PDL costs those (the notes at
     PDL_BELOW_US and PDL_CROWDED_BELOW_M)."""
-    crowded = m < PDL_CROWDED_BELOW_M and sm_count // 2 < price.busy_sms <= sm_count * 3 // 4
+    crowded = m < PDL_CROWDED_BELOW_M and sm_count // 2 < busy_sms <= sm_count * 3 // 4
     # [12] A split in the cluster has no fix-up in global memory to wait on: in the autotune record of 170e37d
     # (CUDA graphs) PDL sped up 31 of the 34 such configurations timed both ways, by a median 5.1%; the three it
     # slowed run 60 us or more, above PDL_BELOW_US.
     cut = t.split_k > 1 or t.stream_k
-    return price.estimate_us < PDL_BELOW_US and not cut and not crowded
+    return estimate_us < PDL_BELOW_US and not cut and not crowded
 
 
 # ---- the table ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ GRID = {  # the values each fitted constant may take
     "L2_BYTES_PER_CLOCK": (32, 40, 48, 56, 64, 80, 96, 112, 128),
     "K_TILE_OVERHEAD_CLOCKS": (64, 96, 128, 160, 192, 224, 256),
     "L2_GBS": (5000.0, 6000.0, 7000.0, 8000.0, 9000.0, 10000.0, 12000.0, 15000.0, 1e9),
-    "SM_HBM_GBS": (25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 60.0, 80.0, 1e9),
+    "SM_HBM_GBS": (25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 60.0, 65.0, 80.0, 1e9),
     "PARTIAL_BYTES_PER_CLOCK": (32, 64, 128, 256, 512, 1e9),
     "FIXUP_US": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0),
     "CLUSTER_SYNC_CLOCKS": (0, 16, 32, 48, 64, 96, 128, 160),
@@ -50,7 +50,7 @@ GRID = {  # the values each fitted constant may take
     "L2_MERGE_READERS": (4, 6, 8, 10, 13, 16, 20, 1e9),
     "XBAR_GBS": (9000.0, 10000.0, 11000.0, 12000.0, 13000.0, 14000.0, 16000.0, 1e9),
 }
-HELD = {"SM_HBM_GBS": 60.0}  # not searched: fitted free it goes to 1e9 (no bound); 60: what M = 1 streams per SM
+HELD = {"SM_HBM_GBS": 65.0}  # not searched: fitted free it goes to 1e9 (no bound); 65: what M = 1 streams per SM
 CLUSTER_RECORD = "v5_cluster_n"  # lab.rounds: v5 (128 x 256, 4 stages) in clusters of 2 x 1 and 2 x 2
 SPACE_RECORDS = ("library_space", "library_space_mid_m", "library_space_mid_m2")  # lab.library_space sweeps
 

@@ -518,7 +518,8 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shown = [((m, n, k), c.name()) for m, n, k in ((1, 4096, 4096), (128, 4096, 4096), (4096, 2112, 7168))
              for c in heuristic.candidates(m, n, k, 132)[:4]]  # fmt: skip
     untimed = [(shape, name) for shape, name in shown if name not in measured_at(*shape)]
-    assert not untimed and "A dash marks" not in text  # the record was timed with this model's candidates
+    assert untimed == [((1, 4096, 4096), "m64 n128 c1 k2 s1 st8")]  # ranked higher since the record was made
+    assert "A dash marks one the record did not time." in text
     regrets, _ = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
     mean, worst = 100 * (statistics.mean(regrets) - 1), 100 * (max(regrets) - 1)
     over = sum(r > 1.10 for r in regrets)
@@ -526,11 +527,11 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shapes = {(r["m"], r["n"], r["k"]) for r in results.load("shapes")["rows"]}
     assert "the model picks it at none of the 102 shapes" in text and len(shapes) == 102
     assert not any(heuristic.choose(m, n, k, 132).stream_k for m, n, k in shapes)
-    assert 3 < mean < 3.5 < 10 < worst
-    assert "That is just over the aim on average (3%) and well over it at worst (10%)" in text
+    assert 2.5 < mean < 3 < 10 < worst
+    assert "That is just within the aim on average (3%) and well over it at worst (10%)" in text
     alone = tables.band_summary(results.load("shapes")["rows"])
     line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
-    assert f"alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
+    assert f"alone (as recorded), it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
     probed = load_record("lab/", "kernel_probe_late_trigger")["rows"]
     early = {(r["m"], r["n"]): r["late_trigger"] for r in probed}  # the record's shipped kernel triggered early
     lost = [round(100 * (early[shape]["graph_us"] / early[shape]["other_graph_us"] - 1))
@@ -624,7 +625,7 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     assert all(entry.startswith("swap m64 n128 ") for entry in entries) and model_tile == "n64 c2 s1 st8" and (
         "At 512 and 256 the table's entries are cuBLAS's geometry swapped (`swap m64 n128`: 64 weight rows by 128 "
         f"tokens, as `nvjet_sm90_hsh_64x128_64x8_1x2` tiles C^T), {behind}% behind cuBLAS at 512, and at 256 split "
-        "in clusters of two along K ([12]); the heuristic keeps the plain `n64 c2` "
+        "in clusters of two along K ([12]); the recorded heuristic ran the plain `n64 c2` "
         f"({at_512['x_torch_graph_heuristic']:.2f} at 512)"
     ) in text and table_tile.startswith("swap m64 n128 c1 ") and all(" c1 k2 " in entry for entry in split)
     assert f"this kernel is {behind}% behind at 512: there the pick was the gap" in text and behind <= 1
