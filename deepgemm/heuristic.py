@@ -101,26 +101,27 @@ the per-SM HBM bound, and sets the launch cost, which only shifts every estimate
 estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
 model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
-the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted
-free, it goes to no bound at all). Against the record autotune made since (the same 102 problems, over the
-space with 256-row tiles, 41 of them timed again with splits in the cluster and 42 with ping-pong;
-results/h200/autotune.json) the model's first choice among the timed candidates is on average 2.7% slower
-than the fastest (at worst 21.5%; 6 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the
-measured time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers
-against the record). The worst is a split in the cluster 256 wide (256 x 4096 x 7168), which the record
-timed because the space offered it then and which it no longer offers: among what it offers, the model's
-pick is 2.4% from the fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed
-them and the table ranks them, 1.7% on average and 11.3% at worst). Fitted on half the layers (N x K) and
-scored on the other half, the power bound comes out at 700 TFLOP/s both ways (`python -m lab.fit_heuristic
---cross`). The aim is 3% on average and 10% at worst. The misses left (notes/heuristic_regret.md): at 384
-and 512 x 4096 x 4096, 16% and 18% behind a swapped tile the model prices level with the plain one it
-picks or up to 12% dearer (swapped tiles store C through TMA since the model was fitted, and it prices no
-epilogue apart); at 1536 x 4096 x 4096, 16% behind its own swapped tile in a cluster along the other side,
-which it prices level; at 256 x 24576 x 1536, 17% behind queued with 128 x 128 ping-pong tiles, which in a CUDA
-graph ran 4% behind. Over the lab's sweeps of the space (lab/results/h200/library_space*.json,
-21 problems, mid M among them with the model's 24 cheapest each) its first choice is within 4.8% of the
-fastest (1.1% on average); without the crossbar's bound (XBAR_GBS) it was 15.6% behind at worst, choosing
-no cluster where the one sharing the weight ran 3 to 16% faster.
+the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted free, it
+goes to no bound at all). Against the record autotune made since (the same 102 problems, over the space with
+256-row tiles, 41 of them timed again with splits in the cluster and 42 with ping-pong;
+results/h200/autotune.json) the model's first choice among the timed candidates is on average 2.7% slower than
+the fastest (at worst 21.5%; 6 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the measured
+time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers against the
+record). The worst is a split in the cluster 256 wide (256 x 4096 x 7168), which the record timed because the
+space offered it then and which it no longer offers: among what it offers, the model's pick is 2.4% from the
+fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed them and the table
+ranks them, 1.7% on average and 11.3% at worst). Fitted on half the layers (N x K) and scored on the other
+half, the power bound comes out at 720 and 700 TFLOP/s, the held-out regret 2.8% (`python -m lab.fit_heuristic
+--cross`, the other constants held); refitting every constant lowers the queued regret to 1.7% and raises the
+one in CUDA graphs to 3.3%, 32% at worst. The aim is 3% on average and 10% at worst. The misses left
+(notes/heuristic_regret.md): at 384 and 512 x 4096 x 4096, 16% and 18% behind a swapped tile the model prices
+level with the plain one it picks or up to 12% dearer (swapped tiles store C through TMA since the model was
+fitted, and it prices no epilogue apart); at 1536 x 4096 x 4096, 16% behind its own swapped tile in a cluster
+along the other side, which it prices level; at 256 x 24576 x 1536, 17% behind queued with 128 x 128 ping-pong
+tiles, which in a CUDA graph ran 4% behind. Over the lab's sweeps of the space
+(lab/results/h200/library_space*.json, 21 problems, mid M among them with the model's 24 cheapest each) its
+first choice is within 4.8% of the fastest (1.1% on average); without the crossbar's bound (XBAR_GBS) it was
+15.6% behind at worst, choosing no cluster where the one sharing the weight ran 3 to 16% faster.
 """
 
 from __future__ import annotations
