@@ -652,14 +652,17 @@ def test_library_256_row_tiles_fuse_the_epilogue_and_repeat_bit_for_bit_under_st
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_library_shape_jit_compiles_the_weights_dimensions_in_and_matches_reference(dtype):
     """[11] SHAPE_JIT: K and the weight's rows compiled into the kernel (plain its N', swapped its M'), at tails
-    in every dimension, whole tiles, stream-K and split-K, b in both layouts."""
+    in every dimension, whole tiles, stream-K and split-K, a split in the cluster and ping-pong (each launched
+    with PDL, as the heuristic picks them under JIT_BELOW_US), b in both layouts."""
     from deepgemm.config import GemmConfig
 
     launcher = stage_or_skip(LIBRARY)
     tiles = ((128, 256, {"CLUSTER_M": 2}), (64, 144, {"CLUSTER_M": 2, "STREAM_K": 1}),
              (128, 40, {"SWAP_AB": 1, "CLUSTER_M": 1, "CLUSTER_N": 2}),
              (64, 8, {"SWAP_AB": 1, "SPLIT_K": 3, "CLUSTER_M": 1}),
-             (256, 128, {"CLUSTER_M": 1, "STREAM_K": 1}))  # fmt: skip
+             (256, 128, {"CLUSTER_M": 1, "STREAM_K": 1}),
+             (64, 16, {"SWAP_AB": 1, "CLUSTER_M": 1, "CLUSTER_K": 2, "PDL": 1}),
+             (128, 128, {"CLUSTER_M": 2, "PINGPONG": 1, "PDL": 1}))  # fmt: skip
     configs = [GemmConfig(block_m=bm, block_n=bn, num_stages=4, extra={**extra, "SHAPE_JIT": 1})
                for bm, bn, extra in tiles]  # fmt: skip
     shapes = ((1, 1000, 520), (33, 2112, 1000), (777, 1032, 136))
