@@ -18,6 +18,9 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   triggers it when the producer has issued its last load, the variant at the start (as the kernel did before:
   its record, asked the other way round, is kernel_probe_late_trigger.json); timed with PDL beside the
   shipped kernel with PDL and without, in CUDA graphs, batches alternated.
+- `early_prefetch`: does fetching the tensor maps at the kernel's start, before the barriers, the cluster's sync
+  and griddepcontrol.wait, shorten the 0.8 to 1.3 us before a CTA's first TMA (notes/streaming_tail.md)? The
+  shipped kernel prefetches them in the producer thread just before its first load. Timed as `hints` is.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -162,6 +165,17 @@ READ_WAIT_PATCHES = (
     ("        if (lane == 0) bulk_wait_group<0>();\n", "        if (lane == 0) bulk_wait_group_read<0>();\n"),
 )
 
+# The tensor maps fetched into the TMA unit's cache at the kernel's start, before the barriers, the cluster's sync
+# and griddepcontrol.wait (they are parameters, which no kernel before writes), not just before the first load.
+EARLY_PREFETCH_PATCHES = (
+    ("    if (threadIdx.x == 0) {\n        for (int s = 0; s < NUM_STAGES; ++s) {\n",
+     "    if (threadIdx.x == 0) {\n        prefetch_tensormap(&tma_a);\n        prefetch_tensormap(&tma_b);\n"
+     "#if !C_BY_POINTER\n        prefetch_tensormap(&tma_c);\n#endif\n"
+     "        for (int s = 0; s < NUM_STAGES; ++s) {\n"),
+    ("            prefetch_tensormap(&tma_a);\n            prefetch_tensormap(&tma_b);\n#if !C_BY_POINTER\n"
+     "            prefetch_tensormap(&tma_c);\n#endif\n", ""),
+)
+
 # PDL's trigger at the kernel's start, where the kernel had it before it moved to the producer's last load: the
 # next kernel in the stream is scheduled as soon as every CTA of this one has started.
 EARLY_TRIGGER_PATCHES = (
@@ -217,10 +231,12 @@ STAMP_PATCHES = (
 )
 
 VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
-            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "early_trigger": EARLY_TRIGGER_PATCHES}
-# Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes).
-COMPARED = ("hints", "two_parts", "read_wait", "swap_pointer", "swap_tma", "swap_tma_read_wait", "early_trigger",
-            "late_trigger", "against")  # late_trigger: the record of the kernel that triggered at the start
+            "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "early_trigger": EARLY_TRIGGER_PATCHES,
+            "early_prefetch": EARLY_PREFETCH_PATCHES}
+# Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes;
+# late_trigger: the record of the kernel that triggered at the start).
+COMPARED = ("hints", "two_parts", "read_wait", "early_prefetch", "swap_pointer", "swap_tma", "swap_tma_read_wait",
+            "early_trigger", "late_trigger", "against")
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -345,7 +361,7 @@ def probe(
     work = Workload.make(m, n, k, dtype).in_layout(*TUNED_LAYOUT)
     cfg = heuristic.config_from_name(named) if named else config_of(*work.problems[0])[0]  # else the library's pick
     row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "k": k, "config": heuristic.config_name(cfg)}
-    for variant in ("hints", "two_parts", "read_wait"):
+    for variant in ("hints", "two_parts", "read_wait", "early_prefetch"):
         if variant in variants:
             row[variant] = compare_row(work, cfg, variant_kernel(variant))
     if "swap_pointer" in variants and heuristic.config_fields(cfg)["SWAP_AB"]:
@@ -397,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None,
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps",
-                        help="of hints, two_parts, read_wait, swap_pointer, early_trigger, stamps (default: "
+                        help="of hints, two_parts, read_wait, early_prefetch, swap_pointer, early_trigger, stamps "
+                        "(default: "
                         "%(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")

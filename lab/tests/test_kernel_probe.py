@@ -20,7 +20,8 @@ def test_each_variant_patches_the_shipped_kernel(variant):
     assert source != LIBRARY_KERNEL.read_text()
     marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_pointer": "C_BY_POINTER SWAP_AB\n",
               "read_wait": "bulk_wait_group_read<0>();", "stamps": "%%globaltimer",
-              "early_trigger": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();"}[variant]
+              "early_trigger": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();",
+              "early_prefetch": "if (threadIdx.x == 0) {\n        prefetch_tensormap(&tma_a);"}[variant]
     assert marker in source
 
 
@@ -51,3 +52,20 @@ def test_without_a_gpu_a_probe_record_shows_each_comparison(capsys):
     shown = capsys.readouterr().out
     assert "fp16 96x4096x4096 swap m64 n96 c1 s1 st10 pdl jit" in shown and "(x 0.918)" in shown
     assert shown.count("identical True") == 6
+
+
+def test_early_prefetch_fetches_the_maps_before_the_barriers_and_the_wait():
+    """The variant's tensor-map prefetches (UTMACCTL.PF) come first in SASS, ahead of the barriers' init
+    (SYNCS.EXCH) and griddepcontrol.wait (ACQBULK); the shipped kernel's come after the wait."""
+    from tutorial.sass import disassemble
+
+    tile = {"BLOCK_M": 256, "BLOCK_N": 8, "NUM_STAGES": 6, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672,
+            "FIXED_K": 4096}  # fmt: skip
+
+    def first(path, mnemonic):
+        lines = disassemble(compile_file_report(path, tile).cubin).splitlines()
+        return next(i for i, line in enumerate(lines) if mnemonic in line)
+
+    early = kernel_probe.variant_kernel("early_prefetch")
+    assert first(early, "UTMACCTL.PF") < first(early, "SYNCS.EXCH") < first(early, "ACQBULK")
+    assert first(LIBRARY_KERNEL, "ACQBULK") < first(LIBRARY_KERNEL, "UTMACCTL.PF")
