@@ -50,7 +50,7 @@ GRID = {  # the values each fitted constant may take
     "L2_MERGE_READERS": (4, 6, 8, 10, 13, 16, 20, 1e9),
     "XBAR_GBS": (9000.0, 10000.0, 11000.0, 12000.0, 13000.0, 14000.0, 16000.0, 1e9),
 }
-HELD = {"SM_HBM_GBS": 65.0}  # not searched: fitted free it goes to 1e9 (no bound); 65: what M = 1 streams per SM
+HELD = {"SM_HBM_GBS": heuristic.SM_HBM_GBS}  # not searched (fitted free it goes to 1e9, no bound): what M = 1 streams
 CLUSTER_RECORD = "v5_cluster_n"  # lab.rounds: v5 (128 x 256, 4 stages) in clusters of 2 x 1 and 2 x 2
 SPACE_RECORDS = ("library_space", "library_space_mid_m", "library_space_mid_m2")  # lab.library_space sweeps
 

@@ -414,8 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps",
                         help="of hints, two_parts, read_wait, early_prefetch, swap_pointer, early_trigger, stamps "
-                        "(default: "
-                        "%(default)s)")
+                        "(default: %(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
     parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")
