@@ -21,6 +21,7 @@ graph: the build compiles and loads a kernel and asks the GPU for its limits, no
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -28,7 +29,8 @@ from typing import Any
 from deepgemm import plan, plan_sm80
 from deepgemm.config import GemmConfig
 from deepgemm.dtypes import output_dtype
-from deepgemm.frameworks import Cupy, Torch, framework_of
+from deepgemm.epilogue import activation_name
+from deepgemm.frameworks import Cupy, Torch, framework_of, spans_overlap
 from deepgemm.operands import as_device_array, check_operands
 
 PLAN_CACHE_SIZE = 1024  # plans kept, the oldest dropped first; a model has a few dozen shapes
@@ -52,7 +54,7 @@ def gemm(
     vector of N, read as it lies in its own type where it is a contiguous float16, bfloat16 or float32 one
     (nn.Linear's in a 16-bit model), else converted to float32 by every call; activation is None, 'relu',
     'gelu' (erf), 'gelu_tanh', 'gelu_erf' or 'silu'; out_dtype (a NumPy or torch dtype) defaults to the input
-    dtype and may be float32; `out` may have a row stride.
+    dtype and may be float32; `out` may have a row stride, and shares no memory with the inputs.
 
     The result comes back in the caller's framework, computed on its current stream: for CuPy arrays a
     CuPy array on CuPy's current stream; for PyTorch tensors a tensor allocated by torch, on torch's
@@ -111,9 +113,10 @@ def launch(
         require_not_capturing(framework, a)
         family = plan_family(framework.meta(a)[3])
         found = family.build(framework, a, b, bias, out, activation=activation, out_dtype=out_dtype, config=config)
-        if len(_PLANS) >= PLAN_CACHE_SIZE:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[key] = found
+        with _PLANS_LOCK:  # two threads may both evict: one lock, so neither pops a key the other took
+            if len(_PLANS) >= PLAN_CACHE_SIZE:
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = found
         if ON_PLAN is not None:
             ON_PLAN(found, a, b, bias, out, activation, out_dtype, config)
     return found(a, b, bias, alpha, out)
@@ -125,13 +128,15 @@ ON_PLAN: Callable[..., None] | None = None
 
 
 _PLANS: dict[tuple, plan.Plan] = {}
+_PLANS_LOCK = threading.Lock()  # taken where a plan is added (rare), never by a cached call
 
 
 def forget_plans() -> None:
     """Drop every plan this process has built, and the C++ path's copies: the next call of each key plans
     again, with the autotune table as it then is (`tutorial.shape_suite` times the heuristic's pick so, as a
     caller whose shape no table holds calls it)."""
-    _PLANS.clear()
+    with _PLANS_LOCK:
+        _PLANS.clear()
     if ON_FORGET is not None:
         ON_FORGET()
 
@@ -181,19 +186,36 @@ def plan_key(
         not pointer(a) & 15,  # each on its own: the plan reads one in place and copies the other
         not pointer(b) & 15,
         None if bias is None else meta(bias),
-        None if out is None else (meta(out), not pointer(out) & 15),
+        None if out is None else (meta(out), not pointer(out) & 15, out_apart(framework, out, a, b, bias)),
         activation,
         out_dtype,
         None if config is None else config.key(),
     )
 
 
+GRAD_NEEDS_TORCH = "gradients flow through torch tensors only: pass a, b, bias and out all as torch tensors"
+
+
+def needs_grad_anywhere(*arrays: Any) -> bool:
+    """Whether any argument is a torch tensor that requires grad, with torch's grad mode on."""
+    wanted = any(getattr(x, "requires_grad", False) is True for x in arrays)
+    return wanted and sys.modules["torch"].is_grad_enabled()
+
+
+def out_apart(framework: Cupy | Torch, out: Any, *inputs: Any) -> bool:
+    """Whether `out` shares no byte with any input: a call whose out overlaps one keys a plan of its own, whose
+    build refuses it (`operands.require_apart`), so no cached plan ever writes over its inputs."""
+    span = framework.span(out)
+    return not any(spans_overlap(span, framework.span(x)) for x in inputs if x is not None)
+
+
 def gemm_as_cupy(a: Any, b: Any, *, out: Any, bias: Any, **options: Any) -> Any:
     """A call whose arguments are not arrays of one framework: as CuPy views, whose checks name what is not
     a GPU array; the result is a CuPy array (or `out`, written in place)."""
     activation, out_dtype, config = options["activation"], options["out_dtype"], options["config"]
-    if not isinstance(activation, (str, type(None))):
-        raise TypeError(f"activation must be a name or None, got {type(activation).__name__}")
+    if needs_grad_anywhere(a, b, bias, out):  # the result here is no tensor autograd could record
+        raise TypeError(GRAD_NEEDS_TORCH)
+    activation_name(activation)  # TypeError or ValueError names an activation that is not one
     if config is not None and type(config) is not GemmConfig:  # as plan_key: a subclass would come back here
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     if out_dtype is not None:

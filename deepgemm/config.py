@@ -51,8 +51,8 @@ class GemmConfig:
     @classmethod
     def from_defines(cls, defines: Mapping[str, int]) -> GemmConfig:
         """Knobs by define name (`NUM_STAGES`, `GROUP_M`) as a config: its own fields, the rest extra."""
-        core = {name.lower(): int(value) for name, value in defines.items() if name.lower() in _CORE_FIELDS}
-        extra = {name: int(value) for name, value in defines.items() if name.lower() not in _CORE_FIELDS}
+        core = {name.lower(): int(value) for name, value in defines.items() if is_core_define(name)}
+        extra = {name: int(value) for name, value in defines.items() if not is_core_define(name)}
         return cls(**core, extra=extra)
 
     def value(self, name: str) -> int:
@@ -67,15 +67,20 @@ class GemmConfig:
 _CORE_FIELDS = frozenset(f.name for f in fields(GemmConfig) if f.name != "extra")
 
 
-def parse_defines(text: str) -> dict[str, int]:
-    """'NUM_STAGES=2,GROUP_M=1' as {'NUM_STAGES': 2, 'GROUP_M': 1} (names upper-cased); '' as {}. ValueError
-    names a part that is not NAME=INTEGER."""
+def is_core_define(name: str) -> bool:
+    """Whether a define names one of GemmConfig's own fields (`BLOCK_M`; `block_m` is an unknown extra knob)."""
+    return name.isupper() and name.lower() in _CORE_FIELDS
+
+
+def parse_defines(text: str, *, upper: bool = True) -> dict[str, int]:
+    """'NUM_STAGES=2,GROUP_M=1' as {'NUM_STAGES': 2, 'GROUP_M': 1} (names upper-cased, unless not `upper`:
+    then the text is a config's exact `defines()`); '' as {}. ValueError names a part that is not NAME=INTEGER."""
     defines = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = part.partition("=")
         if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
             raise ValueError(f"a knob is NAME=INTEGER, e.g. NUM_STAGES=2; got {part!r}")
-        defines[name.strip().upper()] = int(value)
+        defines[name.strip().upper() if upper else name.strip()] = int(value)
     return defines
 
 

@@ -39,9 +39,9 @@ def dtype_defines(dtype: np.dtype) -> dict[str, int]:
 
 
 def output_dtype(dtype: Any) -> np.dtype:
-    """An output dtype given as a NumPy dtype, its name, or a torch dtype (torch.float32 ...); TypeError for
-    anything else."""
-    named = TORCH_DTYPES.get(str(dtype))
+    """An output dtype given as a NumPy dtype, its name ('float32', 'fp32' ...), or a torch dtype (torch.float32
+    ...); TypeError for anything else."""
+    named = TORCH_DTYPES.get(str(dtype)) or (OUTPUT_DTYPES.get(dtype) if isinstance(dtype, str) else None)
     try:
         found = np.dtype(named or dtype)
     except TypeError:

@@ -8,7 +8,10 @@ ALIASES = {None: "none", "gelu": "gelu_erf"}  # PyTorch's default GELU is the er
 
 
 def activation_name(activation: str | None) -> str:
-    """The canonical name of an activation; ValueError lists the ones there are."""
+    """The canonical name of an activation; TypeError for what is not a name, ValueError lists the ones there
+    are."""
+    if activation is not None and not isinstance(activation, str):
+        raise TypeError(f"activation must be a name or None, got {type(activation).__name__}")
     name = ALIASES.get(activation, activation)
     if name not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {[*ACTIVATIONS, 'gelu']}")

@@ -9,23 +9,12 @@ imported here: `Torch` is built only once a caller has passed a torch tensor.
 from __future__ import annotations
 
 import sys
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import cupy
 import numpy as np
 
 from deepgemm.dtypes import TORCH_DTYPES, dtype_name
-
-
-class StreamHandle:
-    """A raw CUstream in the CUDA stream protocol, which `cupy.cuda.Stream.from_external` reads."""
-
-    def __init__(self, handle: int) -> None:
-        self.handle = handle
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
 
 
 class Cupy:
@@ -43,6 +32,11 @@ class Cupy:
     @staticmethod
     def pointer(x: cupy.ndarray) -> int:
         return x.data.ptr
+
+    @staticmethod
+    def span(x: cupy.ndarray) -> tuple[int, int]:
+        """The bytes [first, end) x can touch."""
+        return byte_span(x.data.ptr, x.shape, x.strides, x.itemsize)
 
     @staticmethod
     def stream(device: int) -> int:
@@ -70,18 +64,9 @@ class Cupy:
         cupy.copyto(dst, src)
 
     @staticmethod
-    def on_stream(device: int) -> AbstractContextManager:
-        """CuPy's current stream is the one to launch on already."""
-        return nullcontext()
-
-    @staticmethod
     def capturing(device: int) -> bool:
         """Whether CuPy's current stream is capturing a CUDA graph."""
         return stream_capturing(cupy.cuda.get_current_stream().ptr)
-
-    @staticmethod
-    def result(out: cupy.ndarray) -> cupy.ndarray:
-        return out
 
 
 class Torch:
@@ -104,6 +89,12 @@ class Torch:
     @staticmethod
     def pointer(x: Any) -> int:
         return x.data_ptr()
+
+    @staticmethod
+    def span(x: Any) -> tuple[int, int]:
+        """The bytes [first, end) x can touch."""
+        size = x.element_size()
+        return byte_span(x.data_ptr(), x.shape, tuple(stride * size for stride in x.stride()), size)
 
     def stream(self, device: int) -> int:
         if self._raw_stream is not None:
@@ -130,17 +121,9 @@ class Torch:
         """src's values into dst (same shape, any strides), on torch's current stream."""
         dst.copy_(src)
 
-    def on_stream(self, device: int) -> AbstractContextManager:
-        """CuPy work (checks, copies, the planned launch) on torch's current stream of `device`."""
-        return cupy.cuda.Stream.from_external(StreamHandle(self.stream(device)))
-
     def capturing(self, device: int) -> bool:
         """Whether torch's current stream of `device` is capturing a CUDA graph."""
         return stream_capturing(self.stream(device))
-
-    @staticmethod
-    def result(out: Any) -> Any:
-        return out
 
 
 _TORCH: list[Torch] = []
@@ -185,3 +168,14 @@ def stream_capturing(stream: int) -> bool:
 def is_cuda_tensor(x: Any) -> bool:
     """A PyTorch tensor on a CUDA device, recognised without importing torch."""
     return type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type", None) == "cuda"
+
+
+def byte_span(ptr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """The bytes [first, end) an array of `shape` and `byte_strides` at `ptr` can touch (strides of any sign)."""
+    reach = [(size - 1) * stride for size, stride in zip(shape, byte_strides, strict=True)]
+    return ptr + sum(r for r in reach if r < 0), ptr + sum(r for r in reach if r > 0) + itemsize
+
+
+def spans_overlap(first: tuple[int, int], second: tuple[int, int]) -> bool:
+    """Whether two byte ranges [first, end) share a byte."""
+    return first[0] < second[1] and second[0] < first[1]

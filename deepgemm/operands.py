@@ -16,7 +16,7 @@ import numpy as np
 
 from deepgemm.driver import CC_ENV, effective_capability
 from deepgemm.dtypes import FLOAT32, INPUT_DTYPES, output_dtype
-from deepgemm.frameworks import torch_view
+from deepgemm.frameworks import Cupy, spans_overlap, torch_view
 from deepgemm.model import round_up
 
 VECTOR_BYTES = 16  # cp.async, 16-byte loads and TMA all need 16-byte aligned rows
@@ -25,8 +25,8 @@ SM90A = (9, 0)  # wgmma, setmaxnreg: sm_90a's arch-specific instructions, which 
 
 def as_device_array(x: Any, name: str) -> cupy.ndarray:
     """A CuPy view of a GPU array (CuPy, or anything with DLPack / __cuda_array_interface__), no copy."""
-    if isinstance(x, cupy.ndarray):
-        return x
+    if isinstance(x, cupy.ndarray):  # a subclass as a plain view: plans key on the plain type
+        return x if type(x) is cupy.ndarray else cupy.ndarray(x.shape, x.dtype, x.data, x.strides)
     if isinstance(x, np.ndarray):
         raise TypeError(f"{name} is a host numpy.ndarray; pass a CuPy array or a CUDA tensor")
     view = torch_view(x)
@@ -131,20 +131,40 @@ def check_operands(a: Any, b: Any, out: Any = None, out_dtype: Any = None) -> Pr
         raise ValueError(f"b has {kb} rows but a has K = {k} columns")
     if min(m, n, k) < 1:
         raise ValueError(f"empty problem: M = {m}, N = {n}, K = {k}; every dimension must be >= 1")
+    if max(m, n, k) > INT32_MAX:
+        raise ValueError(f"M = {m}, N = {n}, K = {k}: the kernels take each as a 32-bit int, at most {INT32_MAX}")
     out_dtype = output_dtype(out_dtype) if out_dtype is not None else a.dtype
-    out = _check_out(out, m, n, out_dtype) if out is not None else None
+    out = _check_out(out, a, b, out_dtype) if out is not None else None
     return Problem(a=a, b=b, out=out, m=m, n=n, k=k, out_dtype=out_dtype)
 
 
-def _check_out(out: Any, m: int, n: int, dtype: np.dtype) -> cupy.ndarray:
+INT32_MAX = 2**31 - 1  # M, N, K and C's row stride are the kernels' int parameters
+
+
+def _check_out(out: Any, a: cupy.ndarray, b: cupy.ndarray, dtype: np.dtype) -> cupy.ndarray:
     out = as_device_array(out, "out")
+    m, n = a.shape[0], b.shape[1]
     if out.shape != (m, n):
         raise ValueError(f"out has shape {out.shape}; the product is {(m, n)}")
     if out.dtype != dtype:
         raise TypeError(f"out has dtype {out.dtype}; expected {dtype}")
-    if out.strides[1] != out.itemsize or out.strides[0] < n * out.itemsize:
+    if out.device.id != a.device.id:
+        raise ValueError(f"out is on GPU {out.device.id} but a and b are on GPU {a.device.id}")
+    rows_apart = m == 1 or out.strides[0] >= n * out.itemsize  # a single row's stride is never used
+    if out.strides[1] != out.itemsize or not rows_apart:
         raise ValueError(f"out must be row-major with unit column stride; it has strides {out.strides}")
+    if out.strides[0] > INT32_MAX * out.itemsize:
+        raise ValueError(f"out's row stride of {out.strides[0]} bytes is over the kernels' 32-bit int of elements")
+    for name, x in (("a", a), ("b", b)):
+        require_apart(out, x, name)
     return out
+
+
+def require_apart(out: cupy.ndarray, x: cupy.ndarray, name: str) -> None:
+    """ValueError where `out`'s memory overlaps input `name`'s: the kernel reads its inputs while other CTAs
+    already write C, so an output over an input is silently wrong (as torch's out= functions refuse)."""
+    if spans_overlap(Cupy.span(out), Cupy.span(x)):
+        raise ValueError(f"out overlaps {name} in memory; pass an out that shares no memory with the inputs")
 
 
 def leading_dim(x: cupy.ndarray) -> int:
@@ -157,13 +177,16 @@ def padded_k(k: int) -> int:
     return round_up(k, VECTOR_BYTES // 2)
 
 
-def check_bias(bias: Any, n: int) -> cupy.ndarray:
-    """The per-column bias as a CuPy view; ValueError / TypeError where it is not a float vector of N."""
+def check_bias(bias: Any, n: int, device: int | None = None) -> cupy.ndarray:
+    """The per-column bias as a CuPy view; ValueError / TypeError where it is not a float vector of N (on GPU
+    `device`, where given)."""
     bias = as_device_array(bias, "bias")
     if bias.shape != (n,):
         raise ValueError(f"bias has shape {bias.shape}; it must be a vector of N = {n} elements")
     if bias.dtype.kind != "f" and bias.dtype not in INPUT_DTYPES.values():
         raise TypeError(f"bias has dtype {bias.dtype}; it must be a floating-point vector")
+    if device is not None and bias.device.id != device:
+        raise ValueError(f"bias is on GPU {bias.device.id} but a and b are on GPU {device}")
     return bias
 
 

@@ -61,6 +61,7 @@ from deepgemm.operands import (
     device_name,
     leading_dim,
     padded_k,
+    require_apart,
 )
 from deepgemm.tma import encode_spec, operand_box, read_in_place, read_mn_major, rows_writable, tile_map_spec
 
@@ -140,6 +141,9 @@ def check_config(cfg: GemmConfig) -> None:
                 f"{whole} / {side} = {cfg.value(whole)} / {cfg.value(side)}: each CTA loads its "
                 f"part of {part} in whole groups of {BOX_ROW_MULTIPLE} rows (the swizzle's 1024 bytes)"
             )
+    stages = cfg.value("NUM_STAGES")
+    if not isinstance(stages, int) or stages < 2:  # one k-tile's stage is released after the next one's wgmma
+        raise ValueError(f"NUM_STAGES = {stages} must be at least 2: a stage is freed one k-tile late")
     split = cfg.value("SPLIT_K")
     if not isinstance(split, int) or split < 1:
         raise ValueError(f"SPLIT_K = {split} must be a positive number of slices of K")
@@ -284,8 +288,11 @@ class Plan:
             written = fw.empty(self.out_staged, self.out_dtype, a)[:, : self.out_shape[1]]
             values["out"] = fw.pointer(written)
         with self.lock:
-            for name, write in self.setters:
-                write(values[name])
+            try:
+                for name, write in self.setters:
+                    write(values[name])
+            except TypeError:  # every value but alpha is a pointer the plan took from an array
+                raise TypeError(f"alpha must be a real number, got {type(alpha).__name__}") from None
             status = self.launch.launch(stream)
             if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread that has not used the GPU: make it current
                 with cupy.cuda.Device(self.device):
@@ -335,7 +342,7 @@ def build(
         for knob in ("SPLIT_K", "CLUSTER_K"):
             check_split(cfg.value(knob), problem.k, cfg.value("BLOCK_K"), knob)
         act = activation_name(activation)
-        return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem.n))
+        return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem))
 
 
 @dataclass(frozen=True)
@@ -347,13 +354,16 @@ class KernelBias:
     in_place: bool
 
 
-def kernel_bias(bias: Any, n: int) -> KernelBias | None:
+def kernel_bias(bias: Any, p: Problem) -> KernelBias | None:
     """None without a bias; else how the kernel reads it: as it is, in its own type, where it is a contiguous
     vector of N float16, bfloat16 or float32 values (a 16-bit model's nn.Linear bias is one), else converted
-    to float32 by every call (a strided or float64 bias). ValueError names a bias of the wrong shape."""
+    to float32 by every call (a strided or float64 bias). ValueError names a bias of the wrong shape, on
+    another GPU, or under `out`."""
     if bias is None:
         return None
-    view = check_bias(bias, n)
+    view = check_bias(bias, p.n, p.a.device.id)
+    if p.out is not None:
+        require_apart(p.out, view, "bias")
     if view.dtype in OUTPUT_DTYPES.values() and view.strides == (view.itemsize,):
         return KernelBias(dtype_name(view.dtype), in_place=True)
     return KernelBias("fp32", in_place=False)
@@ -466,6 +476,7 @@ def persistent_grid(
     tiles = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n)
     slots = device_limits(device).sm_count if size == 1 else max_active_clusters(function, size, threads, smem)
     k_tiles = ceil_div(k, cfg.value("BLOCK_K"))
+    check_k_tile_index(tiles, k_tiles)
     if cfg.value("STREAM_K"):
         schedule = stream_k_schedule(tiles, slots, k_tiles, rounds=cfg.value("STREAM_K"))
         check_cut(schedule, k_tiles)
@@ -478,7 +489,15 @@ def persistent_grid(
     return balanced_workers(units, slots) * size, schedule
 
 
-CUT_INDEX_LIMIT = 1 << 31  # the kernel finds a k-tile's worker in 32-bit arithmetic: k-tiles x workers below this
+CUT_INDEX_LIMIT = 1 << 31  # the kernel numbers k-tiles, and finds a cut k-tile's worker, in 32-bit arithmetic
+
+
+def check_k_tile_index(tiles: int, k_tiles: int) -> None:
+    """ValueError where the kernel's scheduler cannot number every k-tile of every cluster tile in 32 bits
+    (tiles this small on a problem this large: about 16 GB of operands in 64 x 16 tiles)."""
+    if tiles * k_tiles >= CUT_INDEX_LIMIT:
+        raise ValueError(f"{tiles} cluster tiles of {k_tiles} k-tiles each: over the kernel's 2^31 limit on "
+                         "k-tiles in all; use larger tiles (BLOCK_M, BLOCK_N) for a problem this large")  # fmt: skip
 
 
 def check_cut(schedule: tuple[int, int], k_tiles: int) -> None:

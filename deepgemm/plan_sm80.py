@@ -195,7 +195,7 @@ def build(
         check_config(cfg)
         check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
         act = activation_name(activation)
-        return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem.n))
+        return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem))
 
 
 def _build(

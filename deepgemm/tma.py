@@ -50,6 +50,9 @@ def tile_map_spec(
         raise ValueError(f"TMA needs a 16-byte aligned base address, got {ptr:#x}")
     if strides[0] % 16:
         raise ValueError(f"TMA needs a row stride that is a multiple of 16 bytes, got {strides[0]}")
+    if strides[0] < shape[1] * itemsize:
+        raise ValueError(f"TMA needs rows apart, a row stride of at least one row's {shape[1] * itemsize} bytes, "
+                         f"got {strides[0]}")  # fmt: skip
     if swizzle_bytes not in SWIZZLE_SPAN_BYTES:
         raise ValueError(f"swizzle must be one of {tuple(SWIZZLE_SPAN_BYTES)} bytes, got {swizzle_bytes}")
     if not (1 <= box_rows <= MAX_BOX_ROWS and 1 <= box_cols <= MAX_BOX_ROWS):
@@ -119,15 +122,17 @@ def read_mn_major(x: cupy.ndarray) -> bool:
 
 
 def tma_describable(x: cupy.ndarray) -> bool:
-    """Whether TMA can address `x` as it is: a 16-byte aligned base and a row stride of a multiple of 16 bytes."""
-    return x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[1] == x.itemsize
+    """Whether TMA can address `x` as it is: a 16-byte aligned base and a row stride of a multiple of 16 bytes,
+    at least a row long (not negative, rows apart)."""
+    row_stride, row_bytes = x.strides[0], x.shape[1] * x.itemsize
+    return x.data.ptr % 16 == 0 and row_stride % 16 == 0 and row_stride >= row_bytes and x.strides[1] == x.itemsize
 
 
 def rows_writable(ptr: int, row_stride_bytes: int, row_bytes: int) -> bool:
     """Whether TMA stores can write rows of `row_bytes` at `ptr`, `row_stride_bytes` apart, and nothing beside
-    them: a 16-byte aligned base and stride, and rows of whole 16-byte chunks, since a TMA store writes whole
-    chunks (into a view of 700 fp16 columns it would write columns 700 to 703)."""
-    return ptr % 16 == 0 and row_stride_bytes % 16 == 0 and row_bytes % 16 == 0
+    them: a 16-byte aligned base and stride at least a row long, and rows of whole 16-byte chunks, since a TMA
+    store writes whole chunks (into a view of 700 fp16 columns it would write columns 700 to 703)."""
+    return ptr % 16 == 0 and row_stride_bytes % 16 == 0 and row_bytes % 16 == 0 and row_stride_bytes >= row_bytes
 
 
 def tma_writable(x: cupy.ndarray) -> bool:

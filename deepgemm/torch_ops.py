@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from deepgemm import api, fast
-from deepgemm.api import launch
+from deepgemm.api import GRAD_NEEDS_TORCH, launch, needs_grad_anywhere
 from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.dtypes import dtype_name, output_dtype
 from deepgemm.epilogue import ACTIVATIONS, activation_name
@@ -95,8 +95,8 @@ def gemm(
             return launch(a, b, bias, alpha, activation, out_dtype, out, config)  # the plain call: no dispatcher
         return recorded(a, b, bias, alpha, activation, out_dtype, out, config, traced=False)
     if not compiling and not all(isinstance(x, torch.Tensor) for x in (b, bias, out) if x is not None):
-        if a.requires_grad and torch.is_grad_enabled():
-            raise TypeError("gradients flow through torch tensors only: pass b, bias and out as torch tensors")
+        if needs_grad_anywhere(a, b, bias, out):
+            raise TypeError(GRAD_NEEDS_TORCH)
         return launch(a, b, bias, alpha, activation, out_dtype, out, config)  # other arrays: converted, or named
     return recorded(a, b, bias, alpha, activation, out_dtype, out, config, traced=True)
 
@@ -183,7 +183,7 @@ def config_text(config: GemmConfig | None) -> str | None:
 @functools.lru_cache(maxsize=256)
 def parse_config(text: str | None) -> GemmConfig | None:
     """The GemmConfig of `config_text`, parsed once per text."""
-    return None if text is None else GemmConfig.from_defines(parse_defines(text))
+    return None if text is None else GemmConfig.from_defines(parse_defines(text, upper=False))
 
 
 # --- the op's kernels: the planned launch (CPU tensors get the launch's TypeError for host arrays) ---------

@@ -37,6 +37,12 @@ class _Framework:
     def pointer(x: object) -> int:
         return x.ptr
 
+    @staticmethod
+    def span(x: object) -> tuple[int, int]:
+        from deepgemm.frameworks import byte_span
+
+        return byte_span(x.ptr, x.shape, x.strides, 2)
+
     capturing_now = False  # what `capturing` answers: whether the caller's stream captures a CUDA graph
 
     @classmethod
@@ -70,9 +76,9 @@ def test_a_plan_is_found_again_only_by_what_fixes_the_launch():
         _key(bias=_array((32,), (2,), dtype="bfloat16")),  # ... bf16 ...
         _key(bias=_array((32,), (4,), dtype="float32")),  # ... and fp32 compile apart
         _key(bias=_array((32,), (4,))),  # a strided fp16 bias is converted to fp32 by every call
-        _key(out=_array((128, 32), (64, 2))),
-        _key(out=_array((128, 32), (64, 2), ptr=0x10008)),  # an out TMA cannot store into: written padded
-        _key(out=_array((128, 32), (96, 2))),  # out with a row stride past N
+        _key(out=_array((128, 32), (64, 2), ptr=0x40000)),
+        _key(out=_array((128, 32), (64, 2), ptr=0x40008)),  # an out TMA cannot store into: written padded
+        _key(out=_array((128, 32), (96, 2), ptr=0x40000)),  # out with a row stride past N
         _key(activation="gelu"),
         _key(out_dtype="float32"),
         _key(config=GemmConfig(block_n=128)),
@@ -82,6 +88,16 @@ def test_a_plan_is_found_again_only_by_what_fixes_the_launch():
     assert _key(bias=_array((32,), (2,))) == _key(bias=_array((32,), (2,), ptr=0x50002))
     # The plan of an unaligned a copies a and reads b in place: it is not the plan of an unaligned b.
     assert _key(_array(ptr=0x10008)) != _key(None, _array((64, 32), (64, 2), ptr=0x30008))
+
+
+def test_a_call_whose_out_lies_over_an_input_never_finds_a_plan_built_for_one_that_does_not():
+    """Where out lies keys nothing, unless it lies over an input: that call keys a plan of its own, whose build
+    refuses it (a at 0x10000 spans 16 KB, b at 0x10000 4 KB, the bias 64 bytes at 0x30000)."""
+    bias = _array((32,), (2,), ptr=0x30000)
+    apart = [_key(out=_array((128, 32), (64, 2), ptr=ptr), bias=bias) for ptr in (0x40000, 0x80000)]
+    assert apart[0] == apart[1]
+    for ptr in (0x10000, 0x13ff0, 0x2fff0):  # over a and b, over a's last bytes, over the bias's first
+        assert _key(out=_array((128, 32), (64, 2), ptr=ptr), bias=bias) != apart[0], hex(ptr)
 
 
 def test_a_config_that_is_not_exactly_a_gemm_config_keys_no_plan():

@@ -1,6 +1,6 @@
 import pytest
 
-from deepgemm.config import GemmConfig, require_at_most, require_in, require_multiple
+from deepgemm.config import GemmConfig, parse_defines, require_at_most, require_in, require_multiple
 
 DEFAULTS = GemmConfig(block_m=128, block_n=256, block_k=64, num_stages=4, extra={"GROUP_M": 8})
 
@@ -104,3 +104,12 @@ def test_the_wgmma_tile_check_names_the_knob_and_stages_size_the_shared_memory()
     with pytest.raises(ValueError, match=r"BOX_K = 32 must be one of \(64,\)"):
         require_wgmma_tile(GemmConfig(extra={"BOX_K": 32}).merged_over(tile))
     assert tile_smem_bytes(tile) == 4 * (128 + 256) * 64 * 2
+
+
+def test_a_configs_exact_defines_come_back_as_the_same_config():
+    """The torch op carries a config as its exact `defines()` text: a lower-case knob stays an unknown extra
+    (as eager refuses it), not SPLIT_K or BLOCK_M; the command line's upper-casing is its own."""
+    for config in (GemmConfig(block_m=64, extra={"SPLIT_K": 2}), GemmConfig(extra={"split_k": 2, "block_m": 64})):
+        text = ",".join(f"{name}={value}" for name, value in sorted(config.defines().items()))
+        assert GemmConfig.from_defines(parse_defines(text, upper=False)) == config
+    assert parse_defines("split_k=2") == {"SPLIT_K": 2}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from deepgemm.dtypes import BFLOAT16, FLOAT16, dtype_defines, dtype_name, input_dtype
+from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_defines, dtype_name, input_dtype, output_dtype
 from deepgemm.operands import as_device_array, check_compute_capability, padded_k
 from tutorial.stages import parse_stages, stage_name
 
@@ -41,6 +41,20 @@ def test_dtype_names_and_defines():
     assert input_dtype("bf16") == BFLOAT16
     with pytest.raises(TypeError, match="float64"):
         input_dtype(np.float64)
+    assert [output_dtype(name) for name in ("fp16", "bf16", "fp32", "float32")] == [FLOAT16, BFLOAT16, FLOAT32, FLOAT32]
+    with pytest.raises(TypeError, match="out_dtype fp64 is not supported"):
+        output_dtype("fp64")
+
+
+def test_an_activation_that_is_not_a_name_is_a_type_error_and_an_unknown_name_a_value_error():
+    from deepgemm.epilogue import activation_name
+
+    assert [activation_name(x) for x in (None, "gelu", "silu")] == ["none", "gelu_erf", "silu"]
+    for wrong in (["relu"], 5):
+        with pytest.raises(TypeError, match=f"activation must be a name or None, got {type(wrong).__name__}"):
+            activation_name(wrong)
+    with pytest.raises(ValueError, match="activation 'tanh' is not one of"):
+        activation_name("tanh")
 
 
 def test_stage_names():
@@ -99,6 +113,7 @@ def test_a_checked_problem_is_views_of_the_callers_arrays_and_allocates_nothing(
         (((4, 8),), ((9, 4),), ValueError, "b has 9 rows but a has K = 8 columns"),
         (((0, 8),), ((8, 4),), ValueError, "empty problem: M = 0"),
         (((4, 8),), ((8, 4), None, np.float16, 0x10000, 1), ValueError, "a is on GPU 0 but b is on GPU 1"),
+        (((2**31, 8),), ((8, 4),), ValueError, "M = 2147483648, N = 4, K = 8: the kernels take each as a 32-bit"),
     ],
 )
 def test_a_problem_the_kernels_cannot_take_is_named(a, b, error, message):
@@ -117,13 +132,44 @@ def test_a_problem_the_kernels_cannot_take_is_named(a, b, error, message):
         (((4, 6), (2, 8)), None, ValueError, r"row-major with unit column stride; it has strides \(2, 8\)"),
         (((4, 6), (8, 2)), None, ValueError, r"row-major with unit column stride; it has strides \(8, 2\)"),
         (None, np.dtype(np.float64), TypeError, "out_dtype float64 is not supported"),
+        (((4, 6), None, np.float16, 0x400000, 1), None, ValueError, "out is on GPU 1 but a and b are on GPU 0"),
+        (((4, 6), None, np.float16, 0x10000), None, ValueError, "out overlaps a in memory"),
+        (((4, 6), None, np.float16, 0x20030), None, ValueError, "out overlaps b in memory"),  # b's last row
+        (((4, 6), (2**32, 2), np.float16, 0x400000), None, ValueError, "row stride of 4294967296 bytes is over"),
     ],
 )
 def test_an_out_the_call_cannot_write_is_named(out, out_dtype, error, message):
     from deepgemm.operands import check_operands
 
+    a, b = _gpu_array((4, 8)), _gpu_array((8, 6), ptr=0x20000)  # a: 64 bytes at 0x10000, b: 96 at 0x20000
     with pytest.raises(error, match=message):
-        check_operands(_gpu_array((4, 8)), _gpu_array((8, 6)), None if out is None else _gpu_array(*out), out_dtype)
+        check_operands(a, b, None if out is None else _gpu_array(*out), out_dtype)
+
+
+def test_an_out_beside_the_inputs_is_taken_and_a_single_rows_stride_is_never_read():
+    from deepgemm.operands import check_operands
+
+    a, b = _gpu_array((4, 8)), _gpu_array((8, 6), ptr=0x20000)
+    for ptr in (0x10040, 0x20060, 0x1ffd0):  # just after a, just after b, ending just before b
+        out = _gpu_array((4, 6), ptr=ptr)
+        assert check_operands(a, b, out).out is out
+    row = _gpu_array((1, 6), (2, 2), ptr=0x400000)  # the transposed view of a (6, 1) column
+    assert check_operands(_gpu_array((1, 8)), b, row).out is row
+
+
+def test_a_cupy_array_of_a_subclass_is_read_as_a_plain_view_of_its_memory():
+    import cupy
+
+    from deepgemm.operands import as_device_array
+
+    class Mine(cupy.ndarray):
+        pass
+
+    x = _gpu_array((4, 8), (32, 2), ptr=0x30000)
+    mine = Mine(x.shape, x.dtype, x.data, x.strides)
+    view = as_device_array(mine, "a")
+    assert type(view) is cupy.ndarray
+    assert (view.shape, view.strides, view.data.ptr) == ((4, 8), (32, 2), 0x30000)
 
 
 def test_a_bias_must_be_a_float_vector_of_n():
@@ -137,6 +183,9 @@ def test_a_bias_must_be_a_float_vector_of_n():
         check_bias(_gpu_array((6,), dtype=np.int32), 6)
     with pytest.raises(TypeError, match=r"bias is a host numpy\.ndarray"):
         check_bias(np.zeros(6, np.float32), 6)
+    assert check_bias(vector, 6, device=0) is vector
+    with pytest.raises(ValueError, match="bias is on GPU 1 but a and b are on GPU 0"):
+        check_bias(_gpu_array((6,), dtype=np.float32, device=1), 6, device=0)
 
 
 def test_without_a_usable_gpu_a_stage_says_so(monkeypatch):

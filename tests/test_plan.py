@@ -104,6 +104,9 @@ def _config(**knobs) -> GemmConfig:
         ({"CLUSTER_M": 4, "CLUSTER_N": 4}, "CLUSTER_M x CLUSTER_N = 16 exceeds the portable cluster of 8"),
         ({"block_n": 16, "CLUSTER_M": 4}, r"BLOCK_N / CLUSTER_M = 16 / 4: each CTA loads its part of B in whole"),
         ({"block_m": 64, "CLUSTER_N": 4, "CLUSTER_M": 1, "block_n": 8, "SWAP_AB": 1}, None),
+        ({"num_stages": 1}, "NUM_STAGES = 1 must be at least 2: a stage is freed one k-tile late"),
+        ({"num_stages": -1}, "NUM_STAGES = -1 must be at least 2"),
+        ({"num_stages": 2}, None),
         ({"SPLIT_K": 0}, "SPLIT_K = 0 must be a positive number of slices of K"),
         ({"SPLIT_K": 1.5}, "SPLIT_K = 1.5 must be a positive number"),
         ({"STREAM_K": 3}, r"STREAM_K = 3 must be one of \(0, 1, 2\)"),
@@ -494,15 +497,20 @@ def test_the_kernel_reads_a_contiguous_16_or_32_bit_bias_in_its_own_type_and_any
     vector (a 16-bit model's nn.Linear bias needs no copy and no kernel of its own); as the float32 copy every
     call makes where it is strided or of another floating type; a vector of the wrong length is refused."""
     n = 300
+    p = check_operands(_gpu_array((4, 64), ptr=0x4000000), _gpu_array((64, n), ptr=0x8000000))
     for dtype, name in ((np.float32, "fp32"), (np.float16, "fp16"), (BFLOAT16, "bf16")):
         itemsize = np.dtype(dtype).itemsize
-        assert kernel_bias(_gpu_array((n,), dtype=dtype), n) == KernelBias(name, in_place=True)
+        assert kernel_bias(_gpu_array((n,), dtype=dtype), p) == KernelBias(name, in_place=True)
         strided = _gpu_array((n,), strides=(2 * itemsize,), dtype=dtype)
-        assert kernel_bias(strided, n) == KernelBias("fp32", in_place=False)
-    assert kernel_bias(_gpu_array((n,), dtype=np.float64), n) == KernelBias("fp32", in_place=False)
-    assert kernel_bias(None, n) is None
+        assert kernel_bias(strided, p) == KernelBias("fp32", in_place=False)
+    assert kernel_bias(_gpu_array((n,), dtype=np.float64), p) == KernelBias("fp32", in_place=False)
+    assert kernel_bias(None, p) is None
     with pytest.raises(ValueError, match="bias has shape \\(299,\\); it must be a vector of N = 300"):
-        kernel_bias(_gpu_array((299,), dtype=np.float16), n)
+        kernel_bias(_gpu_array((299,), dtype=np.float16), p)
+    with_out = check_operands(p.a, p.b, _gpu_array((4, n), ptr=0xC000000))  # 2400 bytes of out
+    assert kernel_bias(_gpu_array((n,), ptr=0xC000960), with_out) == KernelBias("fp16", in_place=True)
+    with pytest.raises(ValueError, match="out overlaps bias in memory"):
+        kernel_bias(_gpu_array((n,), ptr=0xC000800), with_out)
 
 
 def test_the_epilogue_compiles_the_bias_type_whatever_the_output_type():
@@ -758,6 +766,33 @@ def test_a_calls_values_land_in_the_kernels_parameter_buffer(monkeypatch, rng, c
     for (name, kind), address in zip(parameters, list(args_seen[-2]), strict=True):
         assert read[kind](address) == pytest.approx(expected[name]), name
     assert args_seen[-3].value == 7  # the framework's current stream
+
+
+def test_an_alpha_that_is_not_a_number_is_named(monkeypatch):
+    """alpha goes into the parameter buffer as a C float on every call: anything else is named, not left to
+    ctypes' "must be real number, not NoneType"."""
+    class Lib(ErrorNames):
+        cuTensorMapReplaceAddress = cuLaunchKernel = staticmethod(lambda *args: 0)
+
+    monkeypatch.setattr(driver, "libcuda", Lib)
+    map_bytes = np.frombuffer(bytes(128), dtype=np.dtype((np.void, 128)))[0]
+    initial = {"map": map_bytes, "ptr": np.uint64(0), "f32": np.float32(0), "i32": np.int32(8)}
+    args = [initial[kind] for _, kind in kernel_parameters(True)]
+    call = _plan(HostFramework(), RawLaunch(0x1234, 4, 384, 1024, args), m=6, n=10, c_by_pointer=True)
+    a, b = np.ones((6, 16)), np.ones((16, 10))
+    for alpha in (None, "2", 1j):
+        with pytest.raises(TypeError, match=f"alpha must be a real number, got {type(alpha).__name__}"):
+            call.run(a, b, None, alpha, None)
+
+
+def test_a_problem_whose_k_tiles_the_kernel_cannot_number_in_32_bits_is_refused(monkeypatch):
+    """The scheduler numbers k-tiles over every cluster tile (tile x k-tiles + k) in 32 bits: 65536 x 65536 in
+    64 x 16 tiles at K = 32768 makes 2^22 tiles of 512 k-tiles, 2^31; 64 x 32 tiles halve it."""
+    monkeypatch.setattr(plan, "device_limits", lambda device: H200)
+    small = {"block_m": 64, "CLUSTER_M": 1, "SWAP_AB": 1}
+    with pytest.raises(ValueError, match="4194304 cluster tiles of 512 k-tiles each: over the kernel's 2"):
+        persistent_grid(0, 65536, 65536, 32768, _config(block_n=16, **small), 0, 384, 0)
+    persistent_grid(0, 65536, 65536, 32768, _config(block_n=32, **small), 0, 384, 0)
 
 
 def test_a_cut_too_large_for_the_kernels_32_bit_arithmetic_is_refused(monkeypatch):

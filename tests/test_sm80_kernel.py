@@ -583,8 +583,9 @@ def test_a_contiguous_16_bit_bias_is_compiled_in_and_read_in_place_and_any_other
     )
     default = int(re.search(r"#define BIAS_DTYPE (\d+)", KERNEL.read_text()).group(1))
     assert default == DTYPE_CODES["fp32"]
+    problem = check_operands(a, b)
     for bias, has_bias, read_as, in_place in cases:
-        found = plan_sm80._build(Cupy, 0, check_operands(a, b), _config(), "caller", "none", kernel_bias(bias, 128))
+        found = plan_sm80._build(Cupy, 0, problem, _config(), "caller", "none", kernel_bias(bias, problem))
         assert (asked[-1]["HAS_BIAS"], asked[-1]["BIAS_DTYPE"]) == (has_bias, DTYPE_CODES[read_as]), bias
         assert found.bias_in_place == in_place and asked[-1]["OUT_DTYPE"] == DTYPE_CODES["bf16"]
 

@@ -32,24 +32,37 @@ def test_rejects_what_tma_cannot_describe(shape, strides, ptr, box, swizzle, mes
         tile_map_spec(shape, strides, ptr, 2, *box, swizzle)
 
 
-def _matrix(ptr: int, row_bytes: int, itemsize: int = 2):
-    return SimpleNamespace(data=SimpleNamespace(ptr=ptr), strides=(row_bytes, itemsize), itemsize=itemsize)
+def _matrix(ptr: int, row_bytes: int, itemsize: int = 2, cols: int | None = None):
+    cols = abs(row_bytes) // itemsize if cols is None else cols
+    return SimpleNamespace(data=SimpleNamespace(ptr=ptr), shape=(9, cols), strides=(row_bytes, itemsize),
+                           itemsize=itemsize)  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("ptr", "row_bytes", "itemsize", "describable"),
+    ("ptr", "row_bytes", "itemsize", "cols", "describable"),
     [
-        (0x10000, 8192, 2, True),  # 4096 fp16 columns
-        (0x10000, 8194, 2, False),  # 4097 fp16 columns: the row stride is not a multiple of 16 bytes
-        (0x10008, 8192, 2, False),  # a view that starts 8 bytes into an allocation
-        (0x10000, 16388, 4, False),  # 4097 fp32 columns
-        (0x10000, 176, 2, True),  # 80 of 88 columns: a padded row stride is fine
+        (0x10000, 8192, 2, None, True),  # 4096 fp16 columns
+        (0x10000, 8194, 2, None, False),  # 4097 fp16 columns: the row stride is not a multiple of 16 bytes
+        (0x10008, 8192, 2, None, False),  # a view that starts 8 bytes into an allocation
+        (0x10000, 16388, 4, None, False),  # 4097 fp32 columns
+        (0x10000, 176, 2, 80, True),  # 80 of 88 columns: a padded row stride is fine
+        (0x10000, -8192, 2, None, False),  # rows read backwards (a[::-1]): TMA's strides are unsigned
+        (0x10000, 0, 2, 64, False),  # one row repeated (a broadcast)
+        (0x10000, 64, 2, 64, False),  # rows that overlap: 64 columns 32 apart
     ],
 )
-def test_tma_describable_follows_the_16_byte_rules(ptr, row_bytes, itemsize, describable):
+def test_tma_describable_follows_the_16_byte_rules(ptr, row_bytes, itemsize, cols, describable):
     from deepgemm.tma import tma_describable
 
-    assert tma_describable(_matrix(ptr, row_bytes, itemsize)) is describable
+    assert tma_describable(_matrix(ptr, row_bytes, itemsize, cols)) is describable
+
+
+@pytest.mark.parametrize("row_bytes", [-8192, 0, 4096])
+def test_a_map_of_rows_not_apart_is_refused_naming_the_stride(row_bytes):
+    from deepgemm.tma import tile_map_spec
+
+    with pytest.raises(ValueError, match=f"row stride of at least one row's 8192 bytes, got {row_bytes}"):
+        tile_map_spec((64, 4096), (row_bytes, 2), 0x10000, 2, 64, 64, 128)
 
 
 @pytest.mark.parametrize(
@@ -157,12 +170,12 @@ def test_an_operand_box_spans_k_or_one_swizzle_row_of_mn(mn_major, rows, itemsiz
 class _Operand:
     """A stand-in for a (rows, K) CuPy view: byte strides, a base address, and `.T`."""
 
-    def __init__(self, strides: tuple[int, int], ptr: int = 0x10000, itemsize: int = 2) -> None:
-        self.strides, self.itemsize, self.data = strides, itemsize, SimpleNamespace(ptr=ptr)
+    def __init__(self, strides: tuple[int, int], ptr: int = 0x10000, itemsize: int = 2, shape=(80, 80)) -> None:
+        self.strides, self.itemsize, self.data, self.shape = strides, itemsize, SimpleNamespace(ptr=ptr), shape
 
     @property
     def T(self) -> "_Operand":
-        return _Operand(self.strides[::-1], self.data.ptr, self.itemsize)
+        return _Operand(self.strides[::-1], self.data.ptr, self.itemsize, self.shape[::-1])
 
 
 @pytest.mark.parametrize(
@@ -174,6 +187,8 @@ class _Operand:
         ((8194, 2), True, None),  # K = 4097 row-major: the row stride is not a multiple of 16 bytes
         ((2, 8194), True, None),  # M = 4097 stored K x M: neither
         ((176, 2), True, "K-major"),  # a padded row stride is fine
+        ((-8192, 2), True, None),  # a[::-1]: copied, not handed to the driver as a stride of 2^64 - 8192
+        ((2, -8192), True, None),
     ],
 )
 def test_operands_are_read_in_place_in_either_layout_where_tma_can_describe_them(strides, mn_major_ok, expected):

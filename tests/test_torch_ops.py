@@ -254,9 +254,24 @@ def test_the_pre_activation_is_kept_where_its_derivative_needs_it(launches, acti
 
 
 def test_mixed_frameworks_with_a_gradient_are_refused():
-    a = torch.randn(8, 16, dtype=torch.float16, requires_grad=True)
-    with pytest.raises(TypeError, match="gradients flow through torch tensors only"):
-        deepgemm.gemm(a, [[1.0] * 24] * 16)
+    """Whichever tensor needs the gradient (a, b or the bias), a call that mixes in another framework's array
+    runs as CuPy and returns no tensor autograd could record: refused, not a result without a grad_fn."""
+    import cupy
+
+    memory = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0x10000, 1 << 20, None, 0), 0)
+    other = {"a": cupy.ndarray((8, 16), cupy.float16, memory), "bias": cupy.ndarray((24,), cupy.float32, memory)}
+    a, b = torch.randn(8, 16, dtype=torch.float16), torch.randn(16, 24, dtype=torch.float16)
+    bias = torch.randn(24)
+    cases = {
+        "a needs it, b a list": (a.requires_grad_(True), [[1.0] * 24] * 16, None),
+        "b needs it, the bias CuPy's": (a.detach(), b.requires_grad_(True), other["bias"]),
+        "b needs it, a CuPy's": (other["a"], b, None),
+        "the bias needs it, a CuPy's": (other["a"], b.detach(), bias.requires_grad_(True)),
+    }
+    for case, (x, y, z) in cases.items():
+        with pytest.raises(TypeError, match="gradients flow through torch tensors only"):
+            deepgemm.gemm(x, y, bias=z)
+            pytest.fail(case)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
