@@ -114,7 +114,7 @@ ranks them, 1.7% on average and 11.3% at worst). Fitted on half the layers (N x 
 half, the power bound comes out at 720 and 700 TFLOP/s, the held-out regret 2.8% (`python -m lab.fit_heuristic
 --cross`, the other constants held); refitting every constant lowers the queued regret to 1.7% and raises the
 one in CUDA graphs to 3.3%, 32% at worst. The aim is 3% on average and 10% at worst. The misses left
-(notes/heuristic_regret.md): at 384 and 512 x 4096 x 4096, 16% and 18% behind a swapped tile the model prices
+(notes/heuristic_regret.md): at 384 and 512 x 4096 x 4096, 18% and 16% behind a swapped tile the model prices
 level with the plain one it picks or up to 12% dearer (swapped tiles store C through TMA since the model was
 fitted, and it prices no epilogue apart); at 1536 x 4096 x 4096, 16% behind its own swapped tile in a cluster
 along the other side, which it prices level; at 256 x 24576 x 1536, 17% behind queued with 128 x 128 ping-pong

@@ -193,6 +193,32 @@ def regrets_text(regrets: list[float]) -> str:
     return f"mean regret {mean:.2f}%, worst {worst:.1f}%, {over} of {len(regrets)} over 10%"
 
 
+def offered_regrets(rows: list[dict], timing: str) -> list[float]:
+    """Per autotune row, the regret of the model's tile among the tilings the space offers today (a tiling the
+    record timed that the space no longer offers is left out), by `timing`: "us" queued, without PDL or the
+    shape compiled in, as `heuristic.model_accuracy` ranks them; or "graph_us" in CUDA graphs, as the table
+    ranks them, each tiling at the fastest of its variants (with PDL, the shape compiled in, neither), so the
+    choice of tile is scored apart from those two."""
+    regrets = []
+    for row in rows:
+        m, n, k = row["m"], row["n"], row["k"]
+        offered = {choice.tiling() for choice in heuristic.candidates(m, n, k, SM_COUNT)}
+        fastest: dict[heuristic.Tiling, float] = {}
+        for timed in row["candidates"]:
+            variant = timed["config"].get("PDL") or timed["config"].get("SHAPE_JIT")
+            if timing == "us" and (variant or not timed["passed"]):
+                continue
+            if timing == "graph_us" and not (timed["passed"] and timed.get("graph_passed") and timed.get("graph_us")):
+                continue
+            t = heuristic.tiling_of(heuristic.config_from_fields(timed["config"]))
+            if t in offered:
+                fastest[t] = min(fastest.get(t, math.inf), timed[timing])
+        if fastest:
+            first = min(fastest, key=lambda t: heuristic.price(m, n, k, t, SM_COUNT))
+            regrets.append(fastest[first] / min(fastest.values()))
+    return regrets
+
+
 def cross(tuned: list[dict], extra: list[dict], now: dict[str, float]) -> None:
     """Fit on all of them, and on each half of the layers (`halves`) with the other half's regret reported:
     `tuned` (the autotune rows) are what is scored, `extra` (the lab's records) go with their layer's half."""
@@ -228,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     now = {name: getattr(heuristic, name) for name in [*GRID, "LAUNCH_US"]} | HELD
     report("now", fp16, held, now)
     print(regret_line("now, the autotune record", [r for r in tuned if r["dtype"] == "fp16"], now))
+    for timing, label in (("us", "queued"), ("graph_us", "in CUDA graphs")):
+        print(f"  among the tilings offered now, {label}: {regrets_text(offered_regrets(tuned, timing))}")
     if args.cross:
         fp16_tuned = [r for r in tuned if r["dtype"] == "fp16"]
         cross(fp16_tuned, [r for r in fp16 if r not in fp16_tuned], now)

@@ -18,3 +18,28 @@ def test_the_layers_are_dealt_into_two_halves_of_about_as_many_rows():
 def test_the_per_sm_hbm_bound_is_held_not_searched():
     assert "SM_HBM_GBS" in fit_heuristic.GRID and "SM_HBM_GBS" not in fit_heuristic.searched()
     assert "POWER_TFLOPS" in fit_heuristic.searched()
+
+
+def test_the_regret_among_offered_tilings_that_the_heuristic_quotes_is_computed_from_the_record():
+    """deepgemm/heuristic.py quotes the model's regret among what the space offers, queued and in CUDA graphs:
+    those numbers come from `offered_regrets` on the autotune record, to the digit it quotes."""
+    import inspect
+    import re
+    import statistics
+
+    from deepgemm import heuristic
+
+    text = " ".join(inspect.getsource(heuristic).split())
+    queued = re.search(r"among what it offers, the model's pick is ([\d.]+)% from the fastest on average, "
+                       r"([\d.]+)% at worst, (\d+) over 10%", text)  # fmt: skip
+    graphs = re.search(r"in CUDA graphs, where the record timed them and the table ranks them, ([\d.]+)% on "
+                       r"average and ([\d.]+)% at worst", text)  # fmt: skip
+    assert queued and graphs
+    rows = results.load("autotune")["rows"]
+    assert len(rows) == 102
+    for found, timing in ((queued, "us"), (graphs, "graph_us")):
+        regrets = fit_heuristic.offered_regrets(rows, timing)
+        assert len(regrets) == len(rows), timing
+        mean, worst = 100 * (statistics.fmean(regrets) - 1), 100 * (max(regrets) - 1)
+        assert f"{mean:.1f}" == found.group(1) and f"{worst:.1f}" == found.group(2), (timing, mean, worst)
+    assert sum(r > 1.10 for r in fit_heuristic.offered_regrets(rows, "us")) == int(queued.group(3))
