@@ -14,6 +14,10 @@
 
 CUDA ?= 13
 VENV ?= .venv
+# A pip requirement for torch, added before the tests where set (TORCH=torch, a CPU wheel's path, or
+# TORCH="torch --index-url https://download.pytorch.org/whl/cpu"): the torch operator's CPU tests then run
+# rather than skip. Where it cannot be installed, they skip as without it.
+TORCH ?=
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 NBVAL_ARGS ?=
@@ -65,6 +69,7 @@ bench: $(STAMP)
 	$(PY) -m tutorial bench $(BENCH_ARGS)
 
 test: $(STAMP) $(NB_STAMP)
+	$(if $(TORCH),-$(PY) -m pip install --quiet $(TORCH))
 	$(PY) -m pytest tests lab/tests $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory nbval
 
