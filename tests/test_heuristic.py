@@ -423,7 +423,9 @@ def test_autotune_times_the_shipped_entry_too_without_its_launch_and_jit_flags()
 
 
 def test_the_table_comes_first_then_the_model():
-    for row in results.load("autotune")["rows"][:6]:
+    rows = results.load("autotune")["rows"]
+    assert len(rows) >= 6
+    for row in rows[:6]:
         found, source = heuristic.pick_config(row["m"], row["n"], row["k"], row["dtype"], *H200, False)
         assert (config_name(found), source) == (row["name"], "table")
     found, source = heuristic.pick_config(3, 5, 7, "fp16", *H200, False)
@@ -541,6 +543,7 @@ def test_recording_merges_by_shape_keeps_every_run_and_writes_the_package_table(
 
 def test_the_recorded_table_holds_the_fastest_verified_candidate_of_every_shape():
     rows = results.load("autotune")["rows"]
+    assert len(rows) == len(shape_suite.shape_table())  # one dtype's entry per shape of the table
     # every recorded shape is the shape table's (the table grew to the 102 shapes; the record has 37
     # of them until autotune runs again)
     assert {heuristic.problem_key(r) for r in rows} <= {

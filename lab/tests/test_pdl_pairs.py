@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from deepgemm import heuristic
 from deepgemm.plan import DEFAULTS, check_config
-from lab import pdl_pairs
+from lab import pdl_pairs, shape_sweep
 
 
 def _names(m: int, n: int, k: int) -> list[str]:
@@ -28,7 +28,8 @@ def test_every_config_launched_is_one_the_kernel_takes_with_pdl_on_and_off():
                 check_config(pdl_pairs.with_pdl(cfg, pdl).merged_over(DEFAULTS))
 
 
-def test_without_a_gpu_the_record_prints_each_pair_timed_in_graphs(capsys):
+def test_without_a_gpu_the_record_prints_each_pair_timed_in_graphs(capsys, monkeypatch):
+    monkeypatch.setattr(shape_sweep, "gpu_available", lambda: False)  # on a GPU too: the record, not a sweep
     pdl_pairs.main([])
     shown = capsys.readouterr().out
     assert "fp16 1x24576x1536 swap m256 n8 c1 s1 st6" in shown and "with PDL" in shown and "(x 0.883)" in shown

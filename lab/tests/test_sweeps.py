@@ -31,7 +31,9 @@ def test_an_unknown_sweep_is_refused():
 
 
 def test_every_lab_record_has_provenance_and_a_way_to_show_it():
-    for path in RESULTS_DIR.glob("*.json"):
+    paths = list(RESULTS_DIR.glob("*.json"))
+    assert {"library_space", "kernel_probe_late_trigger", "pingpong"} <= {path.stem for path in paths}
+    for path in paths:
         record = json.loads(path.read_text())
         assert {"gpu", "driver", "cuda", "date", "commit", "command"} <= set(record["provenance"]), path.name
         assert record["rows"], path.name

@@ -4,7 +4,7 @@ lines say each config's time against torch.matmul's, from the record."""
 from __future__ import annotations
 
 from deepgemm.plan import DEFAULTS, kernel_defines
-from lab import cli, tile_order
+from lab import cli, shape_sweep, tile_order
 
 
 def test_a_group_m_changes_only_the_group_m_define():
@@ -28,7 +28,9 @@ def test_lines_give_the_ratio_to_torch_and_name_a_failure():
     ]
 
 
-def test_the_record_shows_without_a_gpu(capsys):
+def test_the_record_shows_without_a_gpu(capsys, monkeypatch):
+    monkeypatch.setattr(shape_sweep, "gpu_available", lambda: False)  # on a GPU too: the record, not a sweep
+    monkeypatch.setattr(cli, "gpu_available", lambda: False)
     assert tile_order.main([]) == 0 and cli.main(["show", "tile_order"]) == 0
     shown = capsys.readouterr().out
     assert shown.count("GROUP_M") == 2 * len(tile_order.CONFIGS) * len(tile_order.GROUP_MS)
