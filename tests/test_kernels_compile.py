@@ -401,7 +401,7 @@ def test_library_split_k_in_the_cluster_sends_parts_to_shared_memory_and_keeps_t
 )
 def test_library_refuses_split_k_in_the_cluster_beside_other_clusters_or_cuts(knobs):
     """[12] A split in the cluster takes 2 or 4 CTAs, no multicast cluster and no tiles cut in global memory."""
-    with pytest.raises(Exception, match="2 or 4 CTAs on one tile, each a slice of K"):
+    with pytest.raises(RuntimeError, match="2 or 4 CTAs on one tile, each a slice of K"):
         compiled(LIBRARY, launcher_defines(LIBRARY, False, **knobs))
 
 
@@ -503,13 +503,13 @@ def test_library_pingpong_gives_each_consumer_warpgroup_whole_tiles_and_keeps_th
 def test_library_refuses_pingpong_where_a_warpgroup_cannot_hold_a_whole_tile(knobs, message):
     """[13] Each consumer warpgroup holds a whole tile, at most two m64 fragments of 144 columns, and no tile is
     cut along K (in global memory or in the cluster)."""
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(RuntimeError, match=message):
         compiled(LIBRARY, launcher_defines(LIBRARY, False, NUM_STAGES=3, PINGPONG=1, **knobs))
 
 
 def test_library_block_m_256_refuses_a_tile_wider_than_128():
     """[7] Two m64n256 fragments would be 256 accumulators per thread: the kernel refuses it by name."""
-    with pytest.raises(Exception, match="BLOCK_N <= 128"):
+    with pytest.raises(RuntimeError, match="BLOCK_N <= 128"):
         compiled(LIBRARY, launcher_defines(LIBRARY, False, BLOCK_M=256, BLOCK_N=256, NUM_STAGES=3))
 
 
