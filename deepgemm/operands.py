@@ -131,14 +131,15 @@ def check_operands(a: Any, b: Any, out: Any = None, out_dtype: Any = None) -> Pr
         raise ValueError(f"b has {kb} rows but a has K = {k} columns")
     if min(m, n, k) < 1:
         raise ValueError(f"empty problem: M = {m}, N = {n}, K = {k}; every dimension must be >= 1")
-    if max(m, n, k) > INT32_MAX:
-        raise ValueError(f"M = {m}, N = {n}, K = {k}: the kernels take each as a 32-bit int, at most {INT32_MAX}")
+    if max(m, n, k) > MAX_DIMENSION:
+        raise ValueError(f"M = {m}, N = {n}, K = {k}: the kernels take each as a 32-bit int, at most {MAX_DIMENSION}")
     out_dtype = output_dtype(out_dtype) if out_dtype is not None else a.dtype
     out = _check_out(out, a, b, out_dtype) if out is not None else None
     return Problem(a=a, b=b, out=out, m=m, n=n, k=k, out_dtype=out_dtype)
 
 
 INT32_MAX = 2**31 - 1  # M, N, K and C's row stride are the kernels' int parameters
+MAX_DIMENSION = INT32_MAX + 1 - 2**16  # room for a tile count's ceil-div, (N + BLOCK_N - 1) / BLOCK_N, in an int
 
 
 def _check_out(out: Any, a: cupy.ndarray, b: cupy.ndarray, dtype: np.dtype) -> cupy.ndarray:

@@ -207,6 +207,7 @@ def plans(monkeypatch):
     monkeypatch.setattr(api.plan, "build", build)
     monkeypatch.setattr(api.plan_sm80, "runs_on", lambda device: False)  # Hopper's plans (CI has no driver to ask)
     monkeypatch.setattr(api, "_PLANS", {})
+    monkeypatch.setattr(api, "ON_PLAN", None)  # with torch imported, deepgemm.torch_ops hands real plans to C++
     return built
 
 
@@ -346,6 +347,7 @@ def test_a_call_builds_its_plan_with_its_gpus_family_once_per_key(monkeypatch):
 
     monkeypatch.setattr(api, "framework_of", lambda x: _Framework)
     monkeypatch.setattr(api, "_PLANS", {})
+    monkeypatch.setattr(api, "ON_PLAN", None)
     monkeypatch.setattr(api.plan, "build", builder("sm90a"))
     monkeypatch.setattr(plan_sm80, "build", builder("sm80"))
     monkeypatch.setattr(plan_sm80, "runs_on", runs_on)

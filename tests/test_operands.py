@@ -113,7 +113,8 @@ def test_a_checked_problem_is_views_of_the_callers_arrays_and_allocates_nothing(
         (((4, 8),), ((9, 4),), ValueError, "b has 9 rows but a has K = 8 columns"),
         (((0, 8),), ((8, 4),), ValueError, "empty problem: M = 0"),
         (((4, 8),), ((8, 4), None, np.float16, 0x10000, 1), ValueError, "a is on GPU 0 but b is on GPU 1"),
-        (((2**31, 8),), ((8, 4),), ValueError, "M = 2147483648, N = 4, K = 8: the kernels take each as a 32-bit"),
+        (((2**31 - 2**16 + 1, 8),), ((8, 4),), ValueError, "M = 2147418113, N = 4, K = 8: the kernels take each "
+         "as a 32-bit int, at most 2147418112"),
     ],
 )
 def test_a_problem_the_kernels_cannot_take_is_named(a, b, error, message):

@@ -231,6 +231,7 @@ static_assert(CLUSTER_K == 1 || ((CLUSTER_K == 2 || CLUSTER_K == 4) && CLUSTER_M
 static_assert(!PINGPONG || (BLOCK_M <= 128 && !PARTIAL_TILES && CLUSTER_K == 1),
               "[13] ping-pong: a warpgroup holds a whole tile (BLOCK_M 64, or 128 as two m64), and every tile is "
               "whole: no cut in global memory or in the cluster");
+static_assert(NUM_STAGES >= 2, "a stage goes back one k-tile after its wgmma batch, while the next fills another");
 static_assert(A_BOX_BYTES % 1024 == 0, "each CTA's part of the A tile starts on a 1024-byte boundary");
 static_assert(B_BOX_BYTES % 1024 == 0, "each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert(BLOCK_N % (SWAP_AB ? 8 : 16) == 0 && BLOCK_N <= 256,

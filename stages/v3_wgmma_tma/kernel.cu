@@ -65,6 +65,7 @@ static_assert(BLOCK_M == 2 * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 128, "the wgmma below is m64n128k16");
 static_assert(BOX_K * (int)sizeof(elem_t) == SWIZZLE_ROW_BYTES, "a box row is one 64-byte swizzle row");
 static_assert(BLOCK_K % 16 == 0 && BLOCK_K % BOX_K == 0, "whole k16 steps, whole boxes");
+static_assert(NUM_STAGES >= 1, "at least one stage of shared memory");
 
 // The launcher's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a __grid_constant__
 // parameter so that TMA can read it from the kernel's parameter space.

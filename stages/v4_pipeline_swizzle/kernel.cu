@@ -4,8 +4,9 @@
 //     1 and 2 are consumers that only wait, multiply and release. Each stage has a "full" mbarrier (TMA
 //     bytes landed) and an "empty" one (both consumers done reading), so the producer runs up to
 //     NUM_STAGES k-tiles ahead and nobody ever waits on a __syncthreads;
-//   - hands the registers to the consumers with setmaxnreg (producer 40, consumers 232), which pays for
-//     a 128x256 C tile: each consumer holds 64x256 fp32 accumulators (128 per thread, m64n256k16);
+//   - hands the registers to the consumers with setmaxnreg (producer 40, consumers 232): each consumer
+//     holds 64x256 fp32 accumulators (128 per thread, m64n256k16); ptxas fits this kernel within the 168
+//     a thread gets at launch, so the consumers' larger allotment is headroom, not a speedup;
 //   - loads each operand's k-tile as one 128-byte-wide TMA box with the 128B swizzle, which wgmma reads
 //     without bank conflicts, instead of two boxes with the 64-byte swizzle;
 //   - walks the tiles in GROUP_M-row groups so that CTAs running together share A rows and B columns
@@ -79,6 +80,7 @@ extern "C" __device__ const int LAUNCH_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + 1
 
 static_assert(BLOCK_M == NUM_CONSUMERS * WG_ROWS, "two consumer warpgroups of 64 rows");
 static_assert(BLOCK_N == 256, "the wgmma below is m64n256k16");
+static_assert(NUM_STAGES >= 1, "at least one stage of shared memory");
 static_assert((SWIZZLE_ROW_BYTES == 128 || SWIZZLE_ROW_BYTES == 64 || SWIZZLE_ROW_BYTES == 16) && BOXES * BOX_K == BLOCK_K,
               "one 128-byte or two 64-byte swizzled boxes, or eight 16-byte plain ones, per operand per k-tile");
 static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,

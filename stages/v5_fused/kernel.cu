@@ -94,6 +94,9 @@ static_assert(A_TILE_BYTES % 1024 == 0 && B_TILE_BYTES % 1024 == 0,
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "[2] one CTA, or two sharing B");
 static_assert(B_BOX_BYTES % 1024 == 0, "[2] each CTA's part of the B tile starts on a 1024-byte boundary");
 static_assert((227 * 1024) / 16 < (1 << 14), "a shared address fits the descriptor's 14-bit start: adding never carries");
+static_assert(WGMMA_IN_FLIGHT == 0 || WGMMA_IN_FLIGHT == 1,
+              "[3] a stage goes back one k-tile after its batch: with two batches in flight it would still be read");
+static_assert(NUM_STAGES > WGMMA_IN_FLIGHT, "[3] a batch in flight holds its stage while the next k-tile fills another");
 
 // Launch facts the launcher reads back from the compiled module (dynamic smem: + 1024 of alignment slack).
 extern "C" __device__ const int LAUNCH_THREADS = NUM_THREADS;
