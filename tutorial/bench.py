@@ -63,6 +63,7 @@ def cublaslt_fused_launch(a: cupy.ndarray, b: cupy.ndarray, bias: cupy.ndarray) 
     return LibraryLaunch(lambda: torch._addmm_activation(tbias, ta, tb, use_gelu=True))
 
 
+BIAS_SEED_OFFSET = 1 << 20  # the bias's generator apart from every input set's (seed + i)
 A_LAYOUTS = ("mk", "km")  # a (M, K): row-major, or the transposed view of a row-major (K, M) array
 B_LAYOUTS = ("kn", "nk")  # b (K, N): row-major, or the transposed view of a row-major (N, K) array
 TRANSPOSED_LAYOUTS = ("km", "nk")
@@ -106,7 +107,8 @@ class Workload:
         dtype = input_dtype(dtype_name)
         sets = max(min_sets, input_sets_needed((m * k + n * k + m * n) * 2))
         problems = [random_problem(m, n, k, dtype, seed=seed + i) for i in range(sets)]
-        bias_vec = cupy.random.default_rng(seed).random(n, dtype=cupy.float32) * 2 - 1 if bias else None
+        bias_rng = cupy.random.default_rng(seed + BIAS_SEED_OFFSET)  # not seed: the bias would be a's first draws
+        bias_vec = bias_rng.random(n, dtype=cupy.float32) * 2 - 1 if bias else None
         epilogue = {**epilogue, **({"bias": bias_vec} if bias else {})}
         return cls(m, n, k, dtype_name, problems, bias_vec, epilogue, reference(*problems[0], **epilogue))
 
