@@ -384,9 +384,11 @@ __device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank) {
     return out;
 }
 
-// An arrival on a barrier in any CTA of the cluster (address from mapa_shared). The default .cta-scope
-// release suffices: what it orders is this warp's finished wgmma reads of its own shared memory before
-// the TMA write that the arrival allows; an explicit .release.cluster costs a MEMBAR.ALL.GPU per arrival.
+// An arrival on a barrier in any CTA of the cluster (address from mapa_shared), with the default .cta-scope
+// release. PTX's memory model orders a thread of another CTA only at .cluster scope, which costs a
+// MEMBAR.ALL.GPU per arrival; what a pipeline arrival hands over, this warp's wgmma reads, finished at
+// wait_group before it (as in CUTLASS's pipelines). [12]'s sum hands back slots its ld.shared read, and
+// notes/cluster_k_release_cluster.diff gives it the .cluster release.
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_bar) : "memory");
 }

@@ -179,8 +179,10 @@ __device__ __forceinline__ unsigned mapa_shared(unsigned addr, unsigned rank) {
     return out;
 }
 
-// [2] An arrival on a barrier in any CTA of the cluster (address from mapa_shared). The default .cta-scope
-// release orders what matters, this warp's finished wgmma reads; .release.cluster would add a MEMBAR.ALL.GPU.
+// [2] An arrival on a barrier in any CTA of the cluster (address from mapa_shared), with the default .cta-scope
+// release. PTX's memory model orders a thread of another CTA only at .cluster scope, which would add a
+// MEMBAR.ALL.GPU per arrival; what the arrival hands over, this warp's wgmma reads, finished at wait_group
+// before it, and CUTLASS's pipelines arrive the same way.
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_bar) : "memory");
 }
