@@ -23,7 +23,7 @@ from deepgemm.config import GemmConfig
 from deepgemm.frameworks import framework_of
 from tutorial.timing import device_us_per_call, host_us_per_call
 
-SETS = 4  # input sets rotated: 4 x 32 MB of B at N = K = 4096 is more than the 60 MB L2
+SETS = 4  # input sets rotated: 4 x 32 MB of B at N = K = 4096 is more than the 50 MB L2
 PIECE_CALLS = 2000  # the pieces that launch nothing are cheap: more calls per repeat
 
 

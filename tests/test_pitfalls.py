@@ -39,10 +39,20 @@ def test_without_the_fence_ptxas_puts_the_arrive_in_itself():
     assert _trace(source) == _trace(kernel_path("v3_wgmma_tma").read_text())
 
 
-@pytest.mark.parametrize(("row_bytes", "swizzle", "wavefronts"), [(128, False, 8), (128, True, 1), (144, False, 1),
-                                                                  (64, False, 4), (256, False, 8)])  # fmt: skip
+@pytest.mark.parametrize(("row_bytes", "swizzle", "wavefronts"),
+                         [(128, False, 8), (128, True, 1), (144, False, 1), (64, False, 4), (64, True, 1),
+                          (256, False, 8)])  # fmt: skip
 def test_ldmatrix_phase_wavefronts(row_bytes, swizzle, wavefronts):
     assert pitfalls.ldmatrix_wavefronts(row_bytes, swizzle) == wavefronts
+
+
+@pytest.mark.parametrize("row_bytes", [64, 128])
+def test_the_swizzle_permutes_chunks_within_each_row(row_bytes):
+    """v2's swizzle moves a chunk only within its own row: every row's chunks land on that row's bytes."""
+    chunks = row_bytes // 16
+    for row in range(16):
+        offsets = sorted(pitfalls.tile_offset(row, c, row_bytes, True) for c in range(chunks))
+        assert offsets == [row * row_bytes + 16 * c for c in range(chunks)]
 
 
 def test_fp32_accumulation_errs_little_in_any_order_and_fp16_much():

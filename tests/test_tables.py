@@ -172,6 +172,13 @@ def test_cut_tiles_name_the_workers_whose_runs_cover_each_tile_in_order():
         covering = [w for w, segments in enumerate(runs) for tile, _, _ in segments if tile == c["tile"]]
         assert c["workers"] == covering and sum(c["k_tiles"]) == k_tiles
     assert cuts[0] == {"tile": 264, "workers": [0, 1, 2, 3, 4, 5], "k_tiles": [20, 20, 21, 20, 20, 11]}
+    # Over two rounds the runs (132 or 133 k-tiles) are longer than a tile: 36 of the 156 tiles of the stream-K
+    # part lie inside one run, which stores them whole, as the kernel's cut_parts finds
+    two = tables.cut_tiles(tiles, slots, k_tiles, stream_k=2)
+    runs = tables.worker_runs(tiles, slots, k_tiles, stream_k=2)
+    held = {tile for segments in runs for tile, begin, end in segments if (begin, end) == (0, k_tiles)}
+    assert len(two) == 120 and not held & {c["tile"] for c in two} and len(held - set(range(132))) == 36
+    assert all(len(c["workers"]) > 1 and sum(c["k_tiles"]) == k_tiles for c in two)
 
 
 def _candidate(name: str, us: float, passed: bool = True) -> dict:

@@ -54,12 +54,19 @@ def sass_trace(sass: str, keep: Sequence[str] = ORDERING_INSTRUCTIONS) -> list[s
 
 BANK_GROUP_BYTES = 16  # 4 banks of 4 bytes: one ldmatrix row, one 16-byte chunk
 BANK_GROUPS = 8  # 32 banks x 4 bytes = 128 bytes per wavefront
+SWIZZLED_ROW_BYTES = (64, 128)  # v2's rows: BLOCK_K 32 or 64 of 16-bit elements
 
 
 def tile_offset(row: int, chunk: int, row_bytes: int, swizzle: bool) -> int:
     """Byte offset of 16-byte chunk `chunk` of row `row` in a shared tile of `row_bytes` per row; with the
-    XOR swizzle (TMA's 128B pattern) chunk c of row r is stored at chunk c ^ (r % 8)."""
-    return row * row_bytes + BANK_GROUP_BYTES * ((chunk ^ (row % 8)) if swizzle else chunk)
+    XOR swizzle, v2's: chunk c of a 128-byte row r is stored at chunk c ^ (r % 8) (TMA's 128B pattern), of a
+    64-byte row at c ^ ((r / 2) % 4) (two rows share a 128-byte pass)."""
+    if not swizzle:
+        return row * row_bytes + BANK_GROUP_BYTES * chunk
+    if row_bytes not in SWIZZLED_ROW_BYTES:
+        raise ValueError(f"v2 swizzles rows of {SWIZZLED_ROW_BYTES} bytes, not {row_bytes}")
+    chunks = row_bytes // BANK_GROUP_BYTES
+    return row * row_bytes + BANK_GROUP_BYTES * (chunk ^ (row // (BANK_GROUPS // chunks) % chunks))
 
 
 def ldmatrix_wavefronts(row_bytes: int, swizzle: bool, chunk: int = 0) -> int:

@@ -554,13 +554,16 @@ def worker_runs(tiles: int, slots: int, k_tiles: int, stream_k: int = 0, split_k
 def cut_tiles(tiles: int, slots: int, k_tiles: int, stream_k: int = 1) -> list[Row]:
     """Stream-K's tiles cut between workers, and who adds them up: per cut tile, the workers whose runs cover
     it, first to last (`model.worker_of_k_tile`, as the kernel's `cut_parts`), and the k-tiles of it each ran.
-    Each part writes its fp32 partial; the part that finishes last adds all of them in this worker order."""
+    Each part writes its fp32 partial; the part that finishes last adds all of them in this worker order. A
+    tile of the stream-K part that one worker's run holds whole is not cut (the kernel stores it as it is)."""
     sk_tiles, sk_workers = stream_k_schedule(tiles, slots, k_tiles, rounds=stream_k)
     whole, sk_iters = tiles - sk_tiles, sk_tiles * k_tiles
     out = []
     for cut in range(sk_tiles):
         begin, end = cut * k_tiles, (cut + 1) * k_tiles
         first, last = (worker_of_k_tile(i, sk_iters, sk_workers) for i in (begin, end - 1))
+        if first == last:
+            continue
         runs = [(w * sk_iters // sk_workers, (w + 1) * sk_iters // sk_workers) for w in range(first, last + 1)]
         out.append({"tile": whole + cut, "workers": list(range(first, last + 1)),
                     "k_tiles": [min(end, stop) - max(begin, start) for start, stop in runs]})  # fmt: skip
