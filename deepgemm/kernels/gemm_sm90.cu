@@ -1,7 +1,7 @@
 // The library's kernel: what deepgemm.gemm runs on sm_90a (deepgemm/plan.py plans it). It is v5_fused, the
 // tutorial's last stage ([1] persistent tiles, [2] clusters with TMA multicast, [3] one wgmma batch in
 // flight, [4] the fused epilogue with TMA stores), grown for the shapes models run, each addition a block
-// marked [5] to [13]; `python -m tutorial diff library` shows them against stages/v5_fused/kernel.cu:
+// marked, from [5] on; `python -m tutorial diff library` shows them against stages/v5_fused/kernel.cu:
 //   [5] either operand in either layout (A_MN_MAJOR, B_MN_MAJOR): an operand stored with M (or N)
 //       contiguous, such as a row-major (K, N) b, is read as it is, in 64 x 64 boxes, and wgmma's
 //       transpose bit tells the tensor cores it is MN-major; no copy on the host.
