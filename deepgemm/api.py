@@ -199,7 +199,7 @@ GRAD_NEEDS_TORCH = "gradients flow through torch tensors only: pass a, b, bias a
 def needs_grad_anywhere(*arrays: Any) -> bool:
     """Whether any argument is a torch tensor that requires grad, with torch's grad mode on."""
     wanted = any(getattr(x, "requires_grad", False) is True for x in arrays)
-    return wanted and sys.modules["torch"].is_grad_enabled()
+    return wanted and "torch" in sys.modules and sys.modules["torch"].is_grad_enabled()
 
 
 def out_apart(framework: Cupy | Torch, out: Any, *inputs: Any) -> bool:
