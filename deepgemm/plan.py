@@ -398,10 +398,8 @@ def _build(
         else:
             view, mn_major = found
             staged, view_shape, view_strides = None, view.shape, view.strides
-        span = SWIZZLE_BYTES // itemsize
-        if mn_major and rows % span:
-            raise ValueError(f"an MN-major {role} arrives in {span}-wide boxes, and each CTA loads {rows} of its "
-                             f"rows: pass it K-major, or make {knobs} a multiple of {span}")  # fmt: skip
+        if mn_major:
+            require_whole_boxes(role, rows, knobs, itemsize)
         box = operand_box(mn_major, rows, box_k, SWIZZLE_BYTES, itemsize)
         spec = tile_map_spec(view_shape, view_strides, PLACEHOLDER_ADDRESS, itemsize, *box, SWIZZLE_BYTES)
         maps.append(encode_spec(spec, p.a.dtype, PLACEHOLDER_ADDRESS))
@@ -461,6 +459,14 @@ def _build(
         launch=raw,
         setters=tuple(raw.setters(slots)),
     )
+
+
+def require_whole_boxes(role: str, rows: int, knobs: str, itemsize: int) -> None:
+    """[5] ValueError unless each CTA's `rows` of an MN-major operand are whole boxes, one swizzle span wide."""
+    span = SWIZZLE_BYTES // itemsize
+    if rows % span:
+        raise ValueError(f"an MN-major {role} arrives in {span}-wide boxes, and each CTA loads {rows} of its "
+                         f"rows: pass it K-major, or make {knobs} a multiple of {span}")  # fmt: skip
 
 
 def persistent_grid(

@@ -146,6 +146,28 @@ def test_the_kernels_configurations_pass():
         check_config(choice.config().merged_over(DEFAULTS))
 
 
+@pytest.mark.parametrize("layouts", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["both K-major", "b MN-major", "a MN-major", "both MN-major"])
+def test_the_heuristic_picks_only_what_the_plan_builds_at_any_shape(layouts):
+    """Whatever a model's shape (odd M, N and K, one token to thousands, K under one k-tile) and layout, the
+    model's pick passes every check the plan makes of a config before it compiles: the kernel's tiles and
+    clusters, a k-tile for every slice of K, and whole boxes of an MN-major operand in each CTA."""
+    b_mn, a_mn = layouts
+    for m in (1, 3, 8, 17, 33, 64, 100, 129, 257, 513, 777, 1025, 2049, 4097):
+        for n in (8, 24, 100, 1000, 2112, 4097, 28672):
+            for k in (8, 72, 700, 1536, 4097, 16384):
+                cfg = heuristic.choose(m, n, k, 132, b_mn, a_mn).config().merged_over(DEFAULTS)
+                check_config(cfg)
+                for knob in ("SPLIT_K", "CLUSTER_K"):
+                    check_split(cfg.value(knob), k, cfg.value("BLOCK_K"), knob)
+                a_mn_major, b_mn_major = (b_mn, a_mn) if cfg.value("SWAP_AB") else (a_mn, b_mn)  # the kernel's
+                parts = {"A": (a_mn_major, cfg.value("BLOCK_M") // cfg.value("CLUSTER_N")),
+                         "B": (b_mn_major, cfg.value("BLOCK_N") // cfg.value("CLUSTER_M"))}  # fmt: skip
+                for role, (mn_major, rows) in parts.items():
+                    if mn_major:
+                        plan.require_whole_boxes(role, rows, role, 2)
+
+
 def test_split_k_needs_a_k_tile_for_every_slice():
     with pytest.raises(ValueError, match=r"SPLIT_K = 5 exceeds the 4 k-tiles of K = 200 \(BLOCK_K = 64\)"):
         check_split(5, 200, 64)
