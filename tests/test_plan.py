@@ -142,7 +142,7 @@ def test_the_kernels_configurations_pass():
                   {"block_n": 64, "CLUSTER_M": 1, "CLUSTER_N": 2}, {"block_n": 200, "SWAP_AB": 1, "CLUSTER_N": 4,
                   "CLUSTER_M": 1, "STREAM_K": 2}, {"block_n": 176, "CLUSTER_M": 2, "CLUSTER_N": 4}):  # fmt: skip
         check_config(_config(**knobs))
-    for choice in heuristic.candidates(16, 4096, 4096, 132)[:20]:  # every pick the heuristic can make
+    for choice in heuristic.candidates(16, 4096, 4096, 132)[:20]:  # the 20 cheapest at one shape (all shapes: below)
         check_config(choice.config().merged_over(DEFAULTS))
 
 
