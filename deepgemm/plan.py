@@ -141,6 +141,9 @@ def check_config(cfg: GemmConfig) -> None:
                 f"{whole} / {side} = {cfg.value(whole)} / {cfg.value(side)}: each CTA loads its "
                 f"part of {part} in whole groups of {BOX_ROW_MULTIPLE} rows (the swizzle's 1024 bytes)"
             )
+    group = cfg.value("GROUP_M")
+    if not isinstance(group, int) or group < 1:
+        raise ValueError(f"GROUP_M = {group} must be a positive number of tile rows")
     stages = cfg.value("NUM_STAGES")
     if not isinstance(stages, int) or stages < 2:  # one k-tile's stage is released after the next one's wgmma
         raise ValueError(f"NUM_STAGES = {stages} must be at least 2: a stage is freed one k-tile late")
@@ -483,6 +486,7 @@ def persistent_grid(
     slots = device_limits(device).sm_count if size == 1 else max_active_clusters(function, size, threads, smem)
     k_tiles = ceil_div(k, cfg.value("BLOCK_K"))
     check_k_tile_index(tiles, k_tiles)
+    check_int_index("GROUP_M x tile columns", cfg.value("GROUP_M") * ceil_div(n, cfg.value("BLOCK_N")))
     if cfg.value("STREAM_K"):
         schedule = stream_k_schedule(tiles, slots, k_tiles, rounds=cfg.value("STREAM_K"))
         check_cut(schedule, k_tiles)
@@ -504,6 +508,13 @@ def check_k_tile_index(tiles: int, k_tiles: int) -> None:
     if tiles * k_tiles >= CUT_INDEX_LIMIT:
         raise ValueError(f"{tiles} cluster tiles of {k_tiles} k-tiles each: over the kernel's 2^31 limit on "
                          "k-tiles in all; use larger tiles (BLOCK_M, BLOCK_N) for a problem this large")  # fmt: skip
+
+
+def check_int_index(what: str, value: int) -> None:
+    """ValueError where a count the kernels keep in an int (the tile order's group, split-K's k-tile bounds,
+    the grid) would not fit one: a caller's knob far past what any shape needs."""
+    if value >= CUT_INDEX_LIMIT:
+        raise ValueError(f"{what} = {value}: over the kernels' 2^31 limit; use a smaller knob")
 
 
 def check_cut(schedule: tuple[int, int], k_tiles: int) -> None:

@@ -32,8 +32,9 @@ from deepgemm.epilogue import activation_name
 from deepgemm.frameworks import Cupy, Torch
 from deepgemm.heuristic_sm80 import choose
 from deepgemm.jit import get_kernel, launch_facts
-from deepgemm.model import output_tiles
+from deepgemm.model import ceil_div, output_tiles
 from deepgemm.operands import (
+    INT32_MAX,
     VECTOR_BYTES,
     Problem,
     check_compute_capability,
@@ -42,7 +43,16 @@ from deepgemm.operands import (
     leading_dim,
     padded_k,
 )
-from deepgemm.plan import CALL_PARAMETERS, KernelBias, Operand, Plan, check_split, epilogue_defines, kernel_bias
+from deepgemm.plan import (
+    CALL_PARAMETERS,
+    KernelBias,
+    Operand,
+    Plan,
+    check_int_index,
+    check_split,
+    epilogue_defines,
+    kernel_bias,
+)
 
 KERNEL = Path(__file__).resolve().parent / "kernels" / "gemm_sm80.cu"
 MIN_CC = (8, 0)  # mma.sync m16n8k16 in bf16, ldmatrix, cp.async: Ampere and newer
@@ -128,6 +138,8 @@ def read_in_place(x: Any) -> tuple[bool, int] | None:
     row_stride, k_stride = x.strides
     if x.data.ptr % VECTOR_BYTES:
         return None
+    if max(row_stride, k_stride) // x.itemsize > INT32_MAX:  # lda and ldb are ints: copied instead
+        return None
     if k_stride == x.itemsize and (rows == 1 or (row_stride > 0 and row_stride % VECTOR_BYTES == 0)):
         return False, row_stride // x.itemsize if rows > 1 else padded_k(k)
     if row_stride == x.itemsize and (k == 1 or (k_stride > 0 and k_stride % VECTOR_BYTES == 0)):
@@ -194,8 +206,17 @@ def build(
         cfg = cfg.merged_over(DEFAULTS)
         check_config(cfg)
         check_split(cfg.value("SPLIT_K"), problem.k, cfg.value("BLOCK_K"))
+        check_indices(problem, cfg)
         act = activation_name(activation)
         return _build(framework, device, problem, cfg, source, act, kernel_bias(bias, problem))
+
+
+def check_indices(p: Problem, cfg: GemmConfig) -> None:
+    """ValueError where a count the kernel keeps in an int would overflow: the tile order's GROUP_M x tile
+    columns, a slice's k-tile bounds (SPLIT_K x k-tiles) and the 1-D grid."""
+    check_int_index("GROUP_M x tile columns", cfg.value("GROUP_M") * ceil_div(p.n, cfg.value("BLOCK_N")))
+    check_int_index("SPLIT_K x k-tiles", cfg.value("SPLIT_K") * ceil_div(p.k, cfg.value("BLOCK_K")))
+    check_int_index("blocks in the grid", grid(p.m, p.n, cfg))
 
 
 def _build(

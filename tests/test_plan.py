@@ -104,6 +104,7 @@ def _config(**knobs) -> GemmConfig:
         ({"CLUSTER_M": 4, "CLUSTER_N": 4}, "CLUSTER_M x CLUSTER_N = 16 exceeds the portable cluster of 8"),
         ({"block_n": 16, "CLUSTER_M": 4}, r"BLOCK_N / CLUSTER_M = 16 / 4: each CTA loads its part of B in whole"),
         ({"block_m": 64, "CLUSTER_N": 4, "CLUSTER_M": 1, "block_n": 8, "SWAP_AB": 1}, None),
+        ({"GROUP_M": 0}, "GROUP_M = 0 must be a positive number of tile rows"),
         ({"num_stages": 1}, "NUM_STAGES = 1 must be at least 2: a stage is freed one k-tile late"),
         ({"num_stages": -1}, "NUM_STAGES = -1 must be at least 2"),
         ({"num_stages": 2}, None),

@@ -623,3 +623,20 @@ def test_python_m_tutorial_diff_shows_the_sm80_kernel_against_v2():
         assert block in added, f"{block} is named in the header but marks no added line"
     excerpt = diff_excerpt("library_sm80", "trans")
     assert "ldmatrix_x4_trans" in excerpt and excerpt.endswith("(the whole diff: python -m tutorial diff library_sm80)")
+
+
+def test_counts_the_kernel_keeps_in_an_int_are_refused_where_a_knob_would_overflow_them():
+    """GROUP_M x tile columns (the tile order), SPLIT_K x k-tiles (a slice's bounds) and the grid are ints in
+    the kernel: a caller's knob past 2^31 there is named, not wrapped into out-of-bounds stores."""
+    p = check_operands(_gpu_array((64, 1 << 21)), _gpu_array((1 << 21, 128), ptr=0x800000))
+    plan_sm80.check_indices(p, _config())  # the defaults: far inside
+    with pytest.raises(ValueError, match="GROUP_M x tile columns = 2147483648"):
+        plan_sm80.check_indices(p, _config(GROUP_M=1 << 31))  # one tile column of 256
+    with pytest.raises(ValueError, match="SPLIT_K x k-tiles = 2147483648"):
+        plan_sm80.check_indices(p, _config(SPLIT_K=1 << 15))  # 65536 k-tiles of 32
+
+
+def test_an_operand_whose_row_stride_overflows_the_kernels_int_is_copied():
+    wide = _gpu_array((4, 64), strides=((1 << 31) * 2, 2))
+    assert plan_sm80.read_in_place(wide) is None
+    assert plan_sm80.read_in_place(_gpu_array((4, 64))) == (False, 64)
