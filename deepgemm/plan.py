@@ -54,6 +54,7 @@ from deepgemm.model import (
     stream_k_schedule,
 )
 from deepgemm.operands import (
+    INT32_MAX,
     Problem,
     check_bias,
     check_compute_capability,
@@ -485,7 +486,7 @@ def persistent_grid(
     tiles = cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), cluster_m, cluster_n)
     slots = device_limits(device).sm_count if size == 1 else max_active_clusters(function, size, threads, smem)
     k_tiles = ceil_div(k, cfg.value("BLOCK_K"))
-    check_k_tile_index(tiles, k_tiles)
+    check_int_index("cluster tiles x k-tiles (the scheduler's k-tile numbers)", tiles * k_tiles)
     check_int_index("GROUP_M x tile columns", cfg.value("GROUP_M") * ceil_div(n, cfg.value("BLOCK_N")))
     if cfg.value("STREAM_K"):
         schedule = stream_k_schedule(tiles, slots, k_tiles, rounds=cfg.value("STREAM_K"))
@@ -499,29 +500,19 @@ def persistent_grid(
     return balanced_workers(units, slots) * size, schedule
 
 
-CUT_INDEX_LIMIT = 1 << 31  # the kernel numbers k-tiles, and finds a cut k-tile's worker, in 32-bit arithmetic
-
-
-def check_k_tile_index(tiles: int, k_tiles: int) -> None:
-    """ValueError where the kernel's scheduler cannot number every k-tile of every cluster tile in 32 bits
-    (tiles this small on a problem this large: about 16 GB of operands in 64 x 16 tiles)."""
-    if tiles * k_tiles >= CUT_INDEX_LIMIT:
-        raise ValueError(f"{tiles} cluster tiles of {k_tiles} k-tiles each: over the kernel's 2^31 limit on "
-                         "k-tiles in all; use larger tiles (BLOCK_M, BLOCK_N) for a problem this large")  # fmt: skip
-
-
 def check_int_index(what: str, value: int) -> None:
-    """ValueError where a count the kernels keep in an int (the tile order's group, split-K's k-tile bounds,
-    the grid) would not fit one: a caller's knob far past what any shape needs."""
-    if value >= CUT_INDEX_LIMIT:
-        raise ValueError(f"{what} = {value}: over the kernels' 2^31 limit; use a smaller knob")
+    """ValueError where a count the kernels keep in an int (k-tile numbers, the tile order's group, split-K's
+    k-tile bounds, the grid) would not fit one: a knob far from what any shape needs, or tiles this small on a
+    problem this large."""
+    if value > INT32_MAX:
+        raise ValueError(f"{what} = {value}: over the kernels' 2^31 limit; use larger tiles or a smaller knob")
 
 
 def check_cut(schedule: tuple[int, int], k_tiles: int) -> None:
     """ValueError where the cut part is too large for the kernel's 32-bit arithmetic (a split of a big problem
     that split-K is not for: stream-K's part is at most two rounds of tiles)."""
     sk_tiles, workers = schedule
-    if sk_tiles * k_tiles * workers >= CUT_INDEX_LIMIT:
+    if sk_tiles * k_tiles * workers > INT32_MAX:
         raise ValueError(
             f"SPLIT_K cuts {sk_tiles} tiles of {k_tiles} k-tiles into {workers} parts: over the "
             f"kernel's 2^31 limit on k-tiles x parts; split a problem this large less, or not at all"

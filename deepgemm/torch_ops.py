@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from deepgemm import api, fast
-from deepgemm.api import GRAD_NEEDS_TORCH, launch, needs_grad_anywhere
+from deepgemm.api import launch
 from deepgemm.config import GemmConfig, parse_defines
 from deepgemm.dtypes import dtype_name, output_dtype
 from deepgemm.epilogue import ACTIVATIONS, activation_name
@@ -95,9 +95,8 @@ def gemm(
             return launch(a, b, bias, alpha, activation, out_dtype, out, config)  # the plain call: no dispatcher
         return recorded(a, b, bias, alpha, activation, out_dtype, out, config, traced=False)
     if not compiling and not all(isinstance(x, torch.Tensor) for x in (b, bias, out) if x is not None):
-        if needs_grad_anywhere(a, b, bias, out):
-            raise TypeError(GRAD_NEEDS_TORCH)
-        return launch(a, b, bias, alpha, activation, out_dtype, out, config)  # other arrays: converted, or named
+        # other arrays: converted, or named (api.gemm_as_cupy, which refuses a gradient wanted there)
+        return launch(a, b, bias, alpha, activation, out_dtype, out, config)
     return recorded(a, b, bias, alpha, activation, out_dtype, out, config, traced=True)
 
 
