@@ -388,6 +388,11 @@ def test_library_split_k_in_the_cluster_sends_parts_to_shared_memory_and_keeps_t
         assert loops[1] <= loops[0] + 5, f"{knobs}: {loops} instructions per k-tile without and with CLUSTER_K"
         assert len(re.findall(r"\bSTAS\.64\b", code)) == block_n // 4, knobs
         assert "ATOMG" not in code and "STG.E.64.STRONG.GPU" not in code, knobs
+        # The owner hands its slots back to the other CTAs releasing at cluster scope: each remote arrival
+        # (no multicast here, so these alone) comes right after the fence ptxas emits for that release.
+        instructions = [line.split(";")[0] for line in code.splitlines() if ";" in line]
+        remote = [i for i, line in enumerate(instructions) if "SYNCS.ARRIVE.TRANS64.RED" in line]
+        assert remote and all(any("MEMBAR.ALL.GPU" in line for line in instructions[i - 4 : i]) for i in remote)
         cfg = GemmConfig(block_m=block_m, block_n=block_n, num_stages=4).merged_over(stages.load(LIBRARY).DEFAULTS)
         slots = cluster_sum_bytes(block_n, block_m, cluster_k) - (block_m // 16 + block_m // 16 // cluster_k) * 8
         boxes = store_box_bytes(block_n, block_m, bool(swap), 1)

@@ -393,6 +393,13 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_bar) : "memory");
 }
 
+// [12] The same arrival releasing at cluster scope: what it orders is this warp's ld.shared of its slots
+// before another CTA's st.async into them, two threads of different CTAs, which a .cta-scope release does
+// not order in PTX's memory model (the waiter acquires at .cluster too). Once per strip and tile.
+__device__ __forceinline__ void mbarrier_arrive_release_cluster(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(cluster_bar) : "memory");
+}
+
 // This CTA's rank in its cluster.
 __device__ __forceinline__ unsigned cluster_ctarank() {
     unsigned rank;
@@ -861,7 +868,7 @@ __device__ __forceinline__ bool sum_in_cluster(float (&acc)[N_ACC], unsigned sum
     const int owner = strip % CLUSTER_K, owned = strip / CLUSTER_K;
     const unsigned slots = sum_base + owned * (CLUSTER_K - 1) * STRIP_BYTES + lane * 8;
     if (owner != rank) {
-        mbarrier_wait_parity(may_send0 + strip * 8, parity ^ 1);
+        mbarrier_wait_parity<true>(may_send0 + strip * 8, parity ^ 1);
         const unsigned dst = mapa_shared(slots + (rank < owner ? rank : rank - 1) * STRIP_BYTES, owner);
         const unsigned bar = mapa_shared(sum_full0 + owned * 8, owner);
 #pragma unroll
@@ -899,7 +906,7 @@ __device__ __forceinline__ bool sum_in_cluster(float (&acc)[N_ACC], unsigned sum
     if (lane == 0) {
 #pragma unroll
         for (int q = 0; q < CLUSTER_K; ++q)
-            if (q != rank) mbarrier_arrive_cluster(mapa_shared(may_send0 + strip * 8, q));
+            if (q != rank) mbarrier_arrive_release_cluster(mapa_shared(may_send0 + strip * 8, q));
     }
     return true;
 }
