@@ -73,3 +73,36 @@ def test_an_unwritten_element_fails_as_non_finite(numpy_check):
     numpy_check.poison(out[1:2, 3:4])
     stats = numpy_check.error_stats(out, expected)
     assert not stats.passed and stats.nonfinite == 1 and stats.over_bound == 1
+
+
+@pytest.fixture
+def numpy_verify(numpy_check, monkeypatch):
+    """numpy_check with a stand-in for cupy.cuda (verify synchronises) and NumPy arrays taken as they are."""
+    import types
+
+    fake = types.ModuleType("numpy_as_cupy")
+    fake.__dict__.update(np.__dict__)
+    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setattr(numpy_check, "cupy", fake)
+    monkeypatch.setattr(numpy_check, "as_device_array", lambda x, name: x)
+    return numpy_check
+
+
+def test_a_call_that_returns_a_stale_block_it_never_wrote_fails(numpy_verify):
+    """A caching allocator can hand a returning call the block an earlier call left its right answer in; a call
+    that then writes nothing must still fail, as it does into a poisoned out=."""
+    a, b = _problem(8, 96, 64, FLOAT16)
+    expected = numpy_verify.reference(a, b)
+    block = expected.value.astype(FLOAT16)  # the pool's block, holding the right answer already
+    calls = []
+
+    def writes_once():  # the kernel runs once, then every later call returns the block unwritten
+        calls.append(1)
+        if len(calls) == 1:
+            block[:] = expected.value.astype(FLOAT16)
+        return block
+
+    assert not numpy_verify.verify(writes_once, expected).passed
+    assert numpy_verify.verify(lambda: expected.value.astype(FLOAT16), expected).passed
+    out = np.empty_like(block)
+    assert not numpy_verify.verify(lambda: None, expected, out).passed  # out= never written: NaN

@@ -178,10 +178,15 @@ def verify(run: Callable[[], Any], expected: Reference, out: cupy.ndarray | None
     """Poison `out`, call `run` once, and compare what it wrote with the reference.
 
     `out` is where `run` writes (a plan's `out`); None for a call that returns its result instead, which is
-    then what is checked.
+    then what is checked. Such a call's memory comes from a caching allocator (CuPy's pool, torch's), which
+    may hand back a block that already holds this right answer from an earlier call: so a first result is
+    poisoned and dropped, and the checked call gets that block back (the same size, just freed).
     """
-    if out is not None:
+    if out is None:
+        poison(as_device_array(run(), "the result"))
+    else:
         poison(out)
+    cupy.cuda.Device().synchronize()  # the poison written, whichever stream `run` launches on
     result = run()
     cupy.cuda.Device().synchronize()  # a launch error surfaces here, not later
     return error_stats(out if out is not None else as_device_array(result, "the result"), expected)
