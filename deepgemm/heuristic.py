@@ -104,12 +104,12 @@ model's 8 cheapest candidates, the cheapest of each family and the kernel's defa
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted free, it
 goes to no bound at all). Against the record autotune made since (the same 102 problems, over the space with
 256-row tiles, 41 of them timed again with splits in the cluster and 42 with ping-pong;
-results/h200/autotune.json) the model's first choice among the timed candidates is on average 2.7% slower than
-the fastest (at worst 21.5%; 6 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the measured
+results/h200/autotune.json) the model's first choice among the timed candidates is on average 2.9% slower than
+the fastest (at worst 21.5%; 7 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the measured
 time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers against the
 record). The worst is a split in the cluster 256 wide (256 x 4096 x 7168), which the record timed because the
-space offered it then and which it no longer offers: among what it offers, the model's pick is 2.4% from the
-fastest on average, 17.9% at worst, 4 over 10% (in CUDA graphs, where the record timed them and the table
+space offered it then and which it no longer offers: among what it offers, the model's pick is 2.5% from the
+fastest on average, 17.9% at worst, 5 over 10% (in CUDA graphs, where the record timed them and the table
 ranks them, 1.7% on average and 11.3% at worst). Fitted on half the layers (N x K) and scored on the other
 half, the power bound comes out at 720 and 700 TFLOP/s, the held-out regret 2.8% (`python -m lab.fit_heuristic
 --cross`, the other constants held); refitting every constant lowers the queued regret to 1.7% and raises the
@@ -239,8 +239,8 @@ PDL_CROWDED_BELOW_M = 128
 # bounds and the tile counts constants) pays most where the kernel is short and its prologue and index
 # arithmetic weigh most. Autotune times every entry against itself with them compiled in, in a pair of CUDA
 # graphs (results/h200/autotune.json, "shape_jit"): where the model's estimate of the entry is under this,
-# compiling them in was faster at 31 of 39 shapes, by a median 1.2% (2.8% slower at worst); above it, by a
-# median 0.3% (45 of 63 faster, 12.5% slower at worst). The price: a tiling compiles once per weight shape it serves.
+# compiling them in was faster at 35 of 39 shapes, by a median 1.5% (2.8% slower at worst); above it, by a
+# median 0.3% (46 of 63 faster, 12.5% slower at worst). The price: a tiling compiles once per weight shape it serves.
 JIT_BELOW_US = 30.0
 
 

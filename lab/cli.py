@@ -48,6 +48,10 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_late_trigger --record (the record's provenance has the shapes) at commit 01bc00a, whose kernel "
     f"triggered PDL at its start and whose probe's variant moved the trigger to the producer's last load; {GONE} "
     "(`--variants early_trigger` asks it the other way round)",
+    "kernel_probe_early_trigger_256": "python -m lab.kernel_probe --variants early_trigger --shapes 256x7168x16384 "
+    "--name kernel_probe_early_trigger_256 --record",
+    "kernel_probe_early_prefetch": "python -m lab.kernel_probe --variants early_prefetch --shapes "
+    "1x28672x4096,1x4096x4096,16x6144x4096 --name kernel_probe_early_prefetch --record",
     "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
     "tile_order": "python -m lab.tile_order --record",
