@@ -2,6 +2,8 @@
 # A recording run that may outlast one device call (10 minutes at most): started in a process session of its
 # own, it survives the call's end while the machine stays warm (30 s after a call), and the next call waits
 # for it. Its output goes to /tmp/background/NAME.log, its exit status to NAME.rc when it ends.
+# Start it from a copy outside the paths a device call carries (cp -r .snap /tmp/run && cd /tmp/run): each
+# call replaces what it carries, and a job whose folder is replaced loses its working tree and its records.
 #   scripts/background.sh start NAME COMMAND...   start COMMAND (in this folder, with this environment)
 #   scripts/background.sh wait NAME SECONDS       wait until NAME ends or SECONDS pass, then show its log's tail
 #                                                 (TAIL lines, 60) and say which; exit 0 once it ended with 0
