@@ -251,3 +251,55 @@ def test_graphs_are_timed_in_alternating_batches_so_a_falling_clock_slows_each_a
     assert (ours.launches_per_batch, torch.launches_per_batch, len(ours.batch_ms)) == (100, 50, 4)
     assert ours.ms == pytest.approx(0.010, rel=0.02) and torch.ms == pytest.approx(0.020, rel=0.02)
     assert torch.ms / ours.ms == pytest.approx(2.0, rel=2e-3)
+
+
+class FixedSampler:
+    """A PowerSampler that saw one clock and power throughout."""
+
+    def reset(self) -> None: ...
+
+    def median_clock(self) -> float:
+        return 1500.0
+
+    def median_power(self) -> float:
+        return 690.0
+
+    def capped_pct(self) -> float:
+        return 50.0
+
+
+def test_contenders_compared_per_call_have_their_batches_alternated(monkeypatch):
+    """Timed one after the other, the first contender meets the clock the power limit left it and the second
+    the clock it recovered to: each round runs one batch of each, every batch sized to its own launches."""
+    ran = []
+
+    def fake_run_batch(launches, count, sampler):
+        ran.append((launches[0], count))
+        return {"ours": 0.010, "torch": 0.030}[launches[0]]  # ms per launch
+
+    monkeypatch.setattr(timing, "run_batch", fake_run_batch)
+    ours, torch = timing.time_launches_alternated([["ours"], ["torch"]], batch_ms=3.0, batches=3, warmup_ms=6.0,
+                                                  sampler=FixedSampler())  # fmt: skip
+    assert ran[:4] == [("ours", 1), ("torch", 1), ("ours", 600), ("torch", 200)]  # probes, then the warm-ups
+    assert ran[4:] == [("ours", 300), ("torch", 100)] * 3
+    assert (ours.ms, ours.launches_per_batch, torch.ms, torch.launches_per_batch) == (0.010, 300, 0.030, 100)
+    assert ours.sm_clock_mhz == torch.sm_clock_mhz == 1500.0
+
+
+def test_contenders_are_each_verified_before_any_is_timed(monkeypatch):
+    events = []
+    work = types.SimpleNamespace(m=64, n=128, k=256, expected="ref", base_row=lambda name: {"stage": name})
+    stats = types.SimpleNamespace(as_dict=lambda: {"passed": True}, rel_fro=0.0, max_abs=0.0)
+    monkeypatch.setattr(bench, "verify", lambda launch, expected, out: events.append(("verify", launch)) or stats)
+    monkeypatch.setattr(bench, "settle", lambda s: events.append(("settle", s)))
+
+    def fake_alternated(contenders, **kw):
+        events.append(("time", [c[0] for c in contenders]))
+        return [timing.Timing(ms=ms, batch_ms=(ms,), launches_per_batch=1, sm_clock_mhz=1500.0, power_w=690.0)
+                for ms in (0.02, 0.03)]  # fmt: skip
+
+    monkeypatch.setattr(bench, "time_launches_alternated", fake_alternated)
+    rows = bench.measure_alternated({"ours": ["a0", "a1"], "torch": ["t0", "t1"]}, work, settle_s=0.1)
+    assert events == [("verify", "a0"), ("verify", "t0"), ("settle", 0.1), ("time", ["a0", "t0"])]
+    assert list(rows) == ["ours", "torch"] and (rows["ours"]["ms"], rows["torch"]["ms"]) == (0.02, 0.03)
+    assert rows["torch"]["stage"] == "torch" and rows["ours"]["passed"]

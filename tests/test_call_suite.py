@@ -90,15 +90,19 @@ def fake_measurements(monkeypatch):
             seen["seeds"].append(seed)
             return replace(_numpy_workload(), m=m, n=n, k=k, dtype_name=dtype_name)
 
-    def fake_measure(name, work, launches, *, settle_s):
-        seen["measured"].append(name)
-        if name == call_suite.TORCH:  # what torch.matmul is handed: a torch view of the first set's a
-            seen["layouts"].append(launches[0].args[0][1].strides)
-        ms = 2.0 if name == call_suite.GEMM else 3.0
-        return {**work.base_row(name), "ms": ms, "tflops": 1.0, "passed": True, "max_abs": 0.0, "sm_clock_mhz": 1500}
+    def fake_measure(contenders, work, *, settle_s):
+        rows = {}
+        for name, launches in contenders.items():  # in the order of each round
+            seen["measured"].append(name)
+            if name == call_suite.TORCH:  # what torch.matmul is handed: a torch view of the first set's a
+                seen["layouts"].append(launches[0].args[0][1].strides)
+            ms = 2.0 if name == call_suite.GEMM else 3.0
+            rows[name] = {**work.base_row(name), "ms": ms, "tflops": 1.0, "passed": True, "max_abs": 0.0,
+                          "sm_clock_mhz": 1500}  # fmt: skip
+        return rows
 
     monkeypatch.setattr(call_suite, "Workload", FakeWorkload)
-    monkeypatch.setattr(call_suite, "measure", fake_measure)
+    monkeypatch.setattr(call_suite, "measure_alternated", fake_measure)
     monkeypatch.setattr(call_suite, "require_torch", lambda: FakeTorch)
     monkeypatch.setattr(call_suite, "host_us_per_call", lambda ls: 12.0 if ls[0].func is FakeTorch.matmul else 10.0)
     return seen

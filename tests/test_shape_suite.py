@@ -74,8 +74,9 @@ OTHER_CONFIG = GemmConfig(block_n=64, num_stages=8, extra={"CLUSTER_M": 1, "SPLI
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """The row's GPU steps faked: per call ours 20 us, torch's 30, the heuristic's 25; in graphs ours 10,
-    torch's 12, the heuristic's 16; queue-held ours 11. `seen` records what was measured and captured."""
+    """The row's GPU steps faked: per call ours 20 us, torch's 30, the heuristic's 25 (beside torch's 35); in
+    graphs ours 10, torch's 12, the heuristic's 16; queue-held ours 11. `seen` records what was measured and
+    captured."""
     seen = {"graphs": [], "measured": [], "configs": [], "graph_passed": True, "heuristic": OTHER_CONFIG}
 
     class FakeWorkload:
@@ -103,15 +104,15 @@ def fake_gpu(monkeypatch):
         us = {"": 10.0, "torch_": 12.0, "heuristic_": 16.0}
         return {f: v for p in graphs for f, v in ((f"{p}graph_us", us[p]), (f"{p}graph_passed", seen["graph_passed"]))}
 
-    def fake_measure(name, work, launches, *, settle_s, **timing):
-        seen["measured"].append(name)
-        return {"ms": 0.025, "passed": True}
+    def fake_measure(contenders, work, *, settle_s, **timing):  # the heuristic's pick beside torch.matmul's
+        seen["measured"].append(list(contenders))
+        return {name: {"ms": ms, "passed": True} for name, ms in zip(contenders, (0.025, 0.035), strict=True)}
 
     monkeypatch.setattr(shape_suite, "Workload", FakeWorkload)
     monkeypatch.setattr(shape_suite, "time_call", fake_time_call)
     monkeypatch.setattr(shape_suite, "call_launches", fake_launches)
     monkeypatch.setattr(shape_suite, "graph_fields", fake_graph)
-    monkeypatch.setattr(shape_suite, "measure", fake_measure)
+    monkeypatch.setattr(shape_suite, "measure_alternated", fake_measure)
     monkeypatch.setattr(shape_suite, "config_of", fake_config_of)
     monkeypatch.setattr(shape_suite, "heuristic_config", lambda m, n, k: seen["heuristic"])
     return seen
@@ -124,14 +125,15 @@ def test_a_row_times_the_call_torch_and_the_heuristics_pick_in_graphs_and_per_ca
     assert (row["heuristic_config"], row["heuristic_same"]) == ("n64 c1 s2 st8", False)
     # the heuristic per call as a caller without a table calls it (no config, the table off); in a graph by config
     assert fake_gpu["configs"] == [(None, True), (None, False), (OTHER_CONFIG, True)]
-    assert fake_gpu["measured"] == [shape_suite.HEURISTIC]
+    assert fake_gpu["measured"] == [[shape_suite.HEURISTIC, shape_suite.TORCH]]  # alternated, per call
     # the three graphs timed together (alternated), each sized by that call's own time per call, in ms
     assert fake_gpu["graphs"] == [[("", 0.02), ("torch_", 0.03), ("heuristic_", 0.025)]]
     assert fake_gpu["timing"] == shape_suite.CALL_TIMING
     assert (row["graph_us"], row["torch_graph_us"], row["heuristic_graph_us"], row["heuristic_call_us"]) == (
         10.0, 12.0, 16.0, 25.0)  # fmt: skip
     assert row["x_torch_graph"] == pytest.approx(1.2) and row["x_torch_graph_heuristic"] == pytest.approx(0.75)
-    assert row["x_torch"] == pytest.approx(1.5) and row["x_torch_heuristic"] == pytest.approx(1.2)
+    # per call the heuristic's pick is set against the torch.matmul timed beside it (35 us), not the row's (30)
+    assert row["x_torch"] == pytest.approx(1.5) and row["x_torch_heuristic"] == pytest.approx(1.4)
     assert row["passed"] and row["torch_passed"] and "graph_gbs" not in row
 
 

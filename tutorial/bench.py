@@ -18,7 +18,7 @@ from deepgemm.model import ceil_div
 from tutorial import stages
 from tutorial.check import Reference, random_problem, reference, verify
 from tutorial.stages import CUBLAS
-from tutorial.timing import settle, time_launches, timing_fields
+from tutorial.timing import settle, time_launches, time_launches_alternated, timing_fields
 
 L2_BYTES = 60 * 2**20  # above the H100's and H200's 50 MB: rotated sets overflow the L2 with room to spare
 EPILOGUE_STAGE = "v5_fused"  # the stage that teaches the fused epilogue
@@ -133,11 +133,35 @@ def measure(
 ) -> dict[str, object]:
     """Verify the first launch (on poisoned output where it has one), then time all of them in rotation
     (`timing`: `time_launches`' batch lengths, where a suite wants other than its defaults)."""
-    row = work.base_row(name)
-    stats = verify(launches[0], work.expected, getattr(launches[0], "out", None))
-    row.update(stats.as_dict(), rel_err=stats.rel_fro, max_abs_err=stats.max_abs)
+    row = verified_row(name, work, launches[0])
     settle(settle_s)
     row.update(timing_fields(time_launches(launches, **timing), work.m, work.n, work.k))
+    return row
+
+
+def measure_alternated(
+    contenders: dict[str, Sequence[Callable[[], object]]],
+    work: Workload,
+    *,
+    settle_s: float,
+    **timing: float,
+) -> dict[str, dict[str, object]]:
+    """`measure` for contenders compared with each other: each one's first launch verified, in order, then
+    all of them timed with their batches alternated (`timing.time_launches_alternated`), so that their
+    ratio is not the clock's drift from one timing to the next."""
+    rows = {name: verified_row(name, work, launches[0]) for name, launches in contenders.items()}
+    settle(settle_s)
+    timings = time_launches_alternated(list(contenders.values()), **timing)
+    for row, measured in zip(rows.values(), timings, strict=True):
+        row.update(timing_fields(measured, work.m, work.n, work.k))
+    return rows
+
+
+def verified_row(name: str, work: Workload, launch: Callable[[], object]) -> dict[str, object]:
+    """The row's fields and the check of one launch (on poisoned output where it has one)."""
+    row = work.base_row(name)
+    stats = verify(launch, work.expected, getattr(launch, "out", None))
+    row.update(stats.as_dict(), rel_err=stats.rel_fro, max_abs_err=stats.max_abs)
     return row
 
 

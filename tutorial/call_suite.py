@@ -5,9 +5,10 @@ Each row has its own fresh input sets (so a result buffer left by the row before
 an element the call never writes fails verification), rotated as every suite rotates them. The call is
 verified against the float64 reference, then timed per call (CUDA events around batches of back-to-back
 calls, the median: `call_us`); `torch.matmul` on the same memory (torch views through DLPack for CuPy
-inputs) is verified and timed alike in the same row, the order of the two swapped from one row to the
-next so that neither always meets the cooler card. Then each one's host time per cached call
-(`timing.host_us_per_call`). The first call in a fresh process is `tutorial.first_call`'s.
+inputs) is verified and timed alike in the same row, their batches alternated (`bench.measure_alternated`)
+so that both meet the same clocks, the one first in each round swapped from one row to the next. Then
+each one's host time per cached call (`timing.host_us_per_call`). The first call in a fresh process is
+`tutorial.first_call`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import deepgemm
 from deepgemm.config import GemmConfig
-from tutorial.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure
+from tutorial.bench import A_LAYOUTS, B_LAYOUTS, Workload, measure_alternated
 from tutorial.timing import device_us_per_call, host_us_per_call, require_torch
 
 FRAMEWORKS = ("torch", "cupy")
@@ -90,11 +91,12 @@ def time_call(
     timing: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Verify and time `deepgemm.gemm` and `torch.matmul` on the workload's sets (already in the layouts;
-    `timing`: `time_launches`' batch lengths where not its defaults), then the host time per call of each;
-    with `device_time`, also each one's GPU time alone (`timing.device_us_per_call`)."""
+    `timing`: `time_launches`' batch lengths where not its defaults), their batches alternated, the first of
+    each round `torch_first` says; then the host time per call of each; with `device_time`, also each one's GPU
+    time alone (`timing.device_us_per_call`)."""
     launches = call_launches(work, framework)
     order = (TORCH, GEMM) if torch_first else (GEMM, TORCH)
-    measured = {name: measure(name, work, launches[name], settle_s=settle_s, **(timing or {})) for name in order}
+    measured = measure_alternated({name: launches[name] for name in order}, work, settle_s=settle_s, **(timing or {}))
     host = {name: host_us_per_call(launches[name]) for name in order}
     row = call_row(
         measured[GEMM],

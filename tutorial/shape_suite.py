@@ -3,10 +3,11 @@ at the shapes models run, laid out as a model calls them (x (M, K) row-major, th
 torch.nn.functional.linear has it: autotune's layout).
 
 One row per problem and dtype. Both calls are verified against the float64 reference, then timed two ways:
-per call as a caller sees it (`call_us`: `call_suite.time_call`, with the host time and the queue-held GPU
-time beside it), and on the GPU inside a CUDA graph (`graph_us`: calls captured back to back and replayed,
-the replayed graph's output is verified too), the primary GPU number: our graph, torch's and the heuristic's
-timed with their batches alternated (`timing.time_graphs`), so that all meet the same clocks. The row names
+per call as a caller sees it (`call_us`: `call_suite.time_call`, ours and torch's batches alternated, with the
+host time and the queue-held GPU time beside it), and on the GPU inside a CUDA graph (`graph_us`: calls
+captured back to back and replayed, the replayed graph's output is verified too), the primary GPU number: our
+graph, torch's and the heuristic's timed with their batches alternated (`timing.time_graphs`), so that all
+meet the same clocks. The row names
 the config the call ran and where it came from (the autotune table or the heuristic), and times the
 heuristic's own pick the same two ways (`heuristic_*`), since a user's shapes are mostly in no table.
 `tables.band_summary` sums the table up by M band. Where the call runs the sm_80 kernel (a GPU without
@@ -31,7 +32,7 @@ from deepgemm.driver import device_limits
 from deepgemm.heuristic import choose, config_fields, config_name
 from deepgemm.model import HBM_TBS
 from deepgemm.operands import as_device_array
-from tutorial.bench import Workload, measure
+from tutorial.bench import Workload, measure_alternated
 from tutorial.call_suite import GEMM, TORCH, call_launches, time_call
 from tutorial.check import ErrorStats, verify
 from tutorial.timing import CapturedGraph, alternated_graph_fields, capture_graph, graph_calls
@@ -127,7 +128,8 @@ def table_switched_off() -> Iterator[None]:
 
 
 def heuristic_fields(work: Workload, chosen: GemmConfig, row: dict[str, Any], settle_s: float) -> dict[str, Any]:
-    """The heuristic's pick timed per call like the row's call, and its launches for the row's graphs (the
+    """The heuristic's pick timed per call like the row's call (beside torch.matmul, their batches alternated),
+    and its launches for the row's graphs (the
     key "launches", popped by `shape_row`); where the call ran that very config (`heuristic_same`), the row's
     own numbers, not timed again. Per call it is the call without a config, the table switched off: a config
     passed in keeps a call off the C++ path (`deepgemm.fast`), whose host cost is what small M waits on. A
@@ -136,23 +138,27 @@ def heuristic_fields(work: Workload, chosen: GemmConfig, row: dict[str, Any], se
     same = config_fields(picked) == config_fields(chosen)  # as the table stores a config: equal knobs, one kernel
     fields: dict[str, Any] = {"heuristic_config": config_name(picked), "heuristic_same": same}
     if fields["heuristic_same"]:
-        return {**fields, "heuristic_call_us": row["call_us"], "heuristic_passed": row["passed"]}
+        return {**fields, "heuristic_call_us": row["call_us"], "heuristic_torch_us": row["torch_us"],
+                "heuristic_passed": row["passed"]}  # fmt: skip
     with table_switched_off():
-        calls = call_launches(work, "torch")[GEMM]
-        ran = config_of(*calls[0].args)
+        launches = call_launches(work, "torch")
+        ran = config_of(*launches[GEMM][0].args)
         if ran != (picked, "heuristic"):
             raise RuntimeError(f"with the table switched off the call ran {ran}, not the heuristic's {picked}")
-        measured = measure(HEURISTIC, work, calls, settle_s=settle_s, **CALL_TIMING)
-    return {**fields, "heuristic_call_us": 1e3 * measured["ms"], "heuristic_passed": measured["passed"],
+        measured = measure_alternated({HEURISTIC: launches[GEMM], TORCH: launches[TORCH]}, work, settle_s=settle_s,
+                                      **CALL_TIMING)  # fmt: skip
+    return {**fields, "heuristic_call_us": 1e3 * measured[HEURISTIC]["ms"],
+            "heuristic_torch_us": 1e3 * measured[TORCH]["ms"], "heuristic_passed": measured[HEURISTIC]["passed"],
             "launches": call_launches(work, "torch", picked)[GEMM]}  # fmt: skip
 
 
 def ratio_fields(row: dict[str, Any]) -> dict[str, float]:
-    """torch's time over ours: per call and in graphs, for the call's pick and for the heuristic's."""
+    """torch's time over ours: per call and in graphs, for the call's pick and for the heuristic's, each against
+    the torch.matmul timed beside it (records made before the heuristic had its own per call use the row's)."""
     return {
         "x_torch": row["torch_us"] / row["call_us"],
         "x_torch_graph": row["torch_graph_us"] / row["graph_us"],
-        "x_torch_heuristic": row["torch_us"] / row["heuristic_call_us"],
+        "x_torch_heuristic": row.get("heuristic_torch_us", row["torch_us"]) / row["heuristic_call_us"],
         "x_torch_graph_heuristic": row["torch_graph_us"] / row["heuristic_graph_us"],
     }
 

@@ -170,6 +170,33 @@ def time_launches(
     return Timing.of_batches(times, per_batch, sampler)
 
 
+def time_launches_alternated(
+    contenders: Sequence[Sequence[Callable[[], object]]],
+    *,
+    batch_ms: float = 60.0,
+    batches: int = 7,
+    warmup_ms: float = 60.0,
+    sampler: PowerSampler | None = None,
+) -> list[Timing]:
+    """`time_launches` for several contenders (each one ready launch per input set, called in rotation) with
+    their batches alternated, one batch of each per round, as `time_graphs` alternates graphs: timed one after
+    the other, the first would meet the clock the power limit left it and the second the clock it recovered
+    to. Each batch starts on an idle queue, as in `time_launches`, so the host's cost per call still counts."""
+    sampler = sampler or PowerSampler()
+    probes = [run_batch(launches, len(launches), sampler) for launches in contenders]
+    per_batch = [max(1, round(batch_ms / max(probe, 1e-3))) for probe in probes]
+    for launches, probe in zip(contenders, probes, strict=True):
+        run_batch(launches, max(1, round(warmup_ms / max(probe, 1e-3))), sampler)
+    sampler.reset()
+    if max(probes) > batch_ms:
+        batches = min(batches, SLOW_BATCHES)
+    times: list[list[float]] = [[] for _ in contenders]
+    for _ in range(batches):
+        for c, launches in enumerate(contenders):
+            times[c].append(run_batch(launches, per_batch[c], sampler))
+    return [Timing.of_batches(tuple(t), n, sampler) for t, n in zip(times, per_batch, strict=True)]
+
+
 HOST_CALLS = 100  # calls per host-time repeat: well short of the launch queue (about 1000 pending launches)
 HOST_REPEATS = 7  # the least of seven: the host machine's own noise (other tenants, clock) only ever adds
 
