@@ -288,8 +288,9 @@ def test_contenders_compared_per_call_have_their_batches_alternated(monkeypatch)
 
 def test_contenders_are_each_verified_before_any_is_timed(monkeypatch):
     events = []
-    work = types.SimpleNamespace(m=64, n=128, k=256, expected="ref", base_row=lambda name: {"stage": name})
-    stats = types.SimpleNamespace(as_dict=lambda: {"passed": True}, rel_fro=0.0, max_abs=0.0)
+    work = types.SimpleNamespace(m=64, n=128, k=256, expected="ref", base_row=lambda name: {"stage": name},
+                                 problems=[("a", "b")], epilogue={})  # fmt: skip
+    stats = types.SimpleNamespace(as_dict=lambda: {"passed": True}, rel_fro=0.0, max_abs=0.0, passed=True)
     monkeypatch.setattr(bench, "verify", lambda launch, expected, out: events.append(("verify", launch)) or stats)
     monkeypatch.setattr(bench, "settle", lambda s: events.append(("settle", s)))
 
@@ -299,7 +300,34 @@ def test_contenders_are_each_verified_before_any_is_timed(monkeypatch):
                 for ms in (0.02, 0.03)]  # fmt: skip
 
     monkeypatch.setattr(bench, "time_launches_alternated", fake_alternated)
-    rows = bench.measure_alternated({"ours": ["a0", "a1"], "torch": ["t0", "t1"]}, work, settle_s=0.1)
-    assert events == [("verify", "a0"), ("verify", "t0"), ("settle", 0.1), ("time", ["a0", "t0"])]
+    rows = bench.measure_alternated({"ours": ["a0"], "torch": ["t0"]}, work, settle_s=0.1)
+    assert events == [("verify", "a0"), ("verify", "t0"), ("settle", 0.1), ("time", ["a0", "t0"])]  # one set each
     assert list(rows) == ["ours", "torch"] and (rows["ours"]["ms"], rows["torch"]["ms"]) == (0.02, 0.03)
     assert rows["torch"]["stage"] == "torch" and rows["ours"]["passed"]
+
+
+def test_a_launch_that_reads_another_input_set_fails_where_the_first_one_passes(monkeypatch):
+    """The first launch checked alone passes a rotation whose later launches all read set 0's operands; the
+    last launch checked against its own set's reference fails it."""
+    import numpy as np
+
+    from tutorial import check
+
+    fake = types.ModuleType("numpy_as_cupy")
+    fake.__dict__.update(np.__dict__)
+    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setattr(check, "cupy", fake)
+    monkeypatch.setattr(check, "as_device_array", lambda x, name: x)
+    rng = np.random.default_rng(0)
+    problems = [((rng.random((8, 64)) - 0.5).astype(np.float16), (rng.random((64, 16)) - 0.5).astype(np.float16))
+                for _ in range(3)]  # fmt: skip
+    work = bench.Workload(8, 16, 64, "fp16", problems, None, {}, check.reference(*problems[0]))
+
+    def launch(i: int):
+        return lambda: (problems[i][0].astype(np.float32) @ problems[i][1].astype(np.float32)).astype(np.float16)
+
+    right = bench.verified_row("right", work, [launch(i) for i in range(3)])
+    stuck = bench.verified_row("stuck", work, [launch(0)] * 3)
+    assert right["passed"] and right["sets_verified"] == 2
+    assert not stuck["passed"] and stuck["sets_verified"] == 2
+    assert bench.verified_row("one", work, [launch(0)])["sets_verified"] == 1  # not one launch per set

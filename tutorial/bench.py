@@ -131,9 +131,9 @@ def measure(
     settle_s: float,
     **timing: float,
 ) -> dict[str, object]:
-    """Verify the first launch (on poisoned output where it has one), then time all of them in rotation
+    """Verify the first and last launches (`verified_row`), then time all of them in rotation
     (`timing`: `time_launches`' batch lengths, where a suite wants other than its defaults)."""
-    row = verified_row(name, work, launches[0])
+    row = verified_row(name, work, launches)
     settle(settle_s)
     row.update(timing_fields(time_launches(launches, **timing), work.m, work.n, work.k))
     return row
@@ -149,7 +149,7 @@ def measure_alternated(
     """`measure` for contenders compared with each other: each one's first launch verified, in order, then
     all of them timed with their batches alternated (`timing.time_launches_alternated`), so that their
     ratio is not the clock's drift from one timing to the next."""
-    rows = {name: verified_row(name, work, launches[0]) for name, launches in contenders.items()}
+    rows = {name: verified_row(name, work, launches) for name, launches in contenders.items()}
     settle(settle_s)
     timings = time_launches_alternated(list(contenders.values()), **timing)
     for row, measured in zip(rows.values(), timings, strict=True):
@@ -157,11 +157,17 @@ def measure_alternated(
     return rows
 
 
-def verified_row(name: str, work: Workload, launch: Callable[[], object]) -> dict[str, object]:
-    """The row's fields and the check of one launch (on poisoned output where it has one)."""
+def verified_row(name: str, work: Workload, launches: Sequence[Callable[[], object]]) -> dict[str, object]:
+    """The row's fields and the check (on poisoned output where it has one) of the first launch and, where the
+    launches rotate over the workload's input sets (launch i on set i), of the last against that set's own
+    reference: a launch that reads another set's operands fails. The stats are the first failing check's."""
     row = work.base_row(name)
-    stats = verify(launch, work.expected, getattr(launch, "out", None))
-    row.update(stats.as_dict(), rel_err=stats.rel_fro, max_abs_err=stats.max_abs)
+    checks = [(launches[0], work.expected)]
+    if len(launches) > 1 and len(launches) == len(work.problems):
+        checks.append((launches[-1], reference(*work.problems[-1], **work.epilogue)))
+    stats = [verify(launch, expected, getattr(launch, "out", None)) for launch, expected in checks]
+    shown = next((s for s in stats if not s.passed), stats[0])
+    row.update(shown.as_dict(), rel_err=shown.rel_fro, max_abs_err=shown.max_abs, sets_verified=len(stats))
     return row
 
 
