@@ -657,6 +657,11 @@ def test_the_best_is_the_fastest_verified_graph_and_torchs_time_is_kept(monkeypa
     assert best["name"] == "b" and ranked_by == "graph" and entries[2]["graph_passed"] is False
     assert fields == {"graph_us": pytest.approx(9.9), "torch_graph_us": pytest.approx(10.1)}
     assert entries[0]["graph_us"] == pytest.approx(10.5) and "graph_us" not in entries[2]
+    verdicts["torch"] = False  # the baseline's own graph wrong: nothing is ranked beside it
+    monkeypatch.setattr(autotune, "captured_calls", lambda name, work, ms: (name, SimpleNamespace(
+        passed=verdicts[name], summary=lambda: "max abs 1")))  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"torch\.matmul's CUDA graph failed verification at 1x2x3: max abs 1"):
+        autotune.rank_in_graphs(entries, entries, work=SimpleNamespace(m=1, n=2, k=3))
 
 
 def test_without_torch_the_best_is_the_fastest_queued(monkeypatch):

@@ -223,7 +223,10 @@ def time_in_graphs(entries: Sequence[dict[str, Any]], work: Workload) -> float |
     if not graphs:
         return None
     fastest_ms = min(entry["us"] for entry, _ in graphs) / 1e3
-    torch_graph, _ = captured_calls(call_launches(work, "torch")[TORCH], work, fastest_ms)
+    torch_graph, torch_stats = captured_calls(call_launches(work, "torch")[TORCH], work, fastest_ms)
+    if not torch_stats.passed:  # the baseline every entry is ranked beside
+        raise RuntimeError(f"torch.matmul's CUDA graph failed verification at {work.m}x{work.n}x{work.k}: "
+                           f"{torch_stats.summary()}")  # fmt: skip
     timings = time_graphs([captured for _, captured in graphs] + [torch_graph], batches=GRAPH_BATCHES)
     for (entry, _), timing in zip(graphs, timings, strict=False):  # the last timing is torch's
         entry["graph_us"] = 1e3 * timing.ms
