@@ -311,13 +311,10 @@ def test_a_launch_that_reads_another_input_set_fails_where_the_first_one_passes(
     last launch checked against its own set's reference fails it."""
     import numpy as np
 
+    from tests.numpy_cupy import numpy_for_cupy
     from tutorial import check
 
-    fake = types.ModuleType("numpy_as_cupy")
-    fake.__dict__.update(np.__dict__)
-    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None))
-    monkeypatch.setattr(check, "cupy", fake)
-    monkeypatch.setattr(check, "as_device_array", lambda x, name: x)
+    numpy_for_cupy(monkeypatch)
     rng = np.random.default_rng(0)
     problems = [((rng.random((8, 64)) - 0.5).astype(np.float16), (rng.random((64, 16)) - 0.5).astype(np.float16))
                 for _ in range(3)]  # fmt: skip

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from deepgemm.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from tests.numpy_cupy import numpy_for_cupy
 from tutorial import check
 
 
@@ -76,16 +77,10 @@ def test_an_unwritten_element_fails_as_non_finite(numpy_check):
 
 
 @pytest.fixture
-def numpy_verify(numpy_check, monkeypatch):
-    """numpy_check with a stand-in for cupy.cuda (verify synchronises) and NumPy arrays taken as they are."""
-    import types
-
-    fake = types.ModuleType("numpy_as_cupy")
-    fake.__dict__.update(np.__dict__)
-    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None))
-    monkeypatch.setattr(numpy_check, "cupy", fake)
-    monkeypatch.setattr(numpy_check, "as_device_array", lambda x, name: x)
-    return numpy_check
+def numpy_verify(monkeypatch):
+    """tutorial.check with NumPy for CuPy, its synchronisation and array conversion included (verify)."""
+    numpy_for_cupy(monkeypatch)
+    return check
 
 
 def test_a_call_that_returns_a_stale_block_it_never_wrote_fails(numpy_verify):

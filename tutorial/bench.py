@@ -118,6 +118,10 @@ class Workload:
             raise ValueError(f"a's layout is one of {A_LAYOUTS} and b's one of {B_LAYOUTS}, not {a_layout}, {b_layout}")
         return replace(self, problems=[(arrange(a, a_layout), arrange(b, b_layout)) for a, b in self.problems])
 
+    def reference_of(self, i: int) -> Reference:
+        """The float64 reference of input set `i` (`expected` is set 0's)."""
+        return reference(*self.problems[i], **self.epilogue)
+
     def base_row(self, name: str) -> dict[str, object]:
         return {"stage": name, "dtype": self.dtype_name, "m": self.m, "n": self.n, "k": self.k,
                 "input_sets": len(self.problems)}  # fmt: skip
@@ -164,7 +168,7 @@ def verified_row(name: str, work: Workload, launches: Sequence[Callable[[], obje
     row = work.base_row(name)
     checks = [(launches[0], work.expected)]
     if len(launches) > 1 and len(launches) == len(work.problems):
-        checks.append((launches[-1], reference(*work.problems[-1], **work.epilogue)))
+        checks.append((launches[-1], work.reference_of(len(launches) - 1)))
     stats = [verify(launch, expected, getattr(launch, "out", None)) for launch, expected in checks]
     shown = next((s for s in stats if not s.passed), stats[0])
     row.update(shown.as_dict(), rel_err=shown.rel_fro, max_abs_err=shown.max_abs, sets_verified=len(stats))

@@ -342,12 +342,14 @@ def capture_stream(device: int) -> Any:
 
 @dataclass(frozen=True)
 class CapturedGraph:
-    """`calls` launches captured in one torch.cuda.CUDAGraph; `first` is what the first of them returned, in
-    the graph's own memory, rewritten by every replay (what a check of the replayed graph reads)."""
+    """`calls` launches captured in one torch.cuda.CUDAGraph; `first` and `last` are what the first and the
+    last of them returned, in the graph's own memory, rewritten by every replay (what a check of the replayed
+    graph reads)."""
 
     graph: Any
     calls: int
     first: Any
+    last: Any = None
 
     def replay(self) -> None:
         self.graph.replay()
@@ -365,10 +367,10 @@ def capture_graph(launches: Sequence[Callable[[], object]], calls: int) -> Captu
             launch()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        first = launches[0]()
+        first = last = launches[0]()
         for i in range(1, calls):
-            launches[i % len(launches)]()
-    return CapturedGraph(graph, calls, first)
+            last = launches[i % len(launches)]()
+    return CapturedGraph(graph, calls, first, last)
 
 
 def replays_per_batch(captured: CapturedGraph, batch_ms: float) -> int:
