@@ -328,3 +328,15 @@ def test_a_launch_that_reads_another_input_set_fails_where_the_first_one_passes(
     assert right["passed"] and right["sets_verified"] == 2
     assert not stuck["passed"] and stuck["sets_verified"] == 2
     assert bench.verified_row("one", work, [launch(0)])["sets_verified"] == 1  # not one launch per set
+
+    class PaddedLaunch:  # a kernel that writes a padded buffer, copied into out; this one leaves it unwritten
+        def __init__(self, i: int) -> None:
+            self.written = np.zeros((8, 24), np.float16)
+            self.written[:, :16] = launch(i)()  # a right answer left there by an earlier run
+            self.out = np.empty((8, 16), np.float16)
+
+        def __call__(self):
+            self.out[...] = self.written[:, :16]
+            return self.out
+
+    assert not bench.verified_row("padded", work, [PaddedLaunch(i) for i in range(3)])["passed"]
