@@ -340,3 +340,17 @@ def test_a_launch_that_reads_another_input_set_fails_where_the_first_one_passes(
             return self.out
 
     assert not bench.verified_row("padded", work, [PaddedLaunch(i) for i in range(3)])["passed"]
+
+
+def test_batches_are_sized_by_the_warm_launches_not_the_first(monkeypatch):
+    """The first launch also compiles and loads: sized by it, a batch of a 10 us kernel would hold a handful,
+    and the warm-up would last a fraction of a millisecond."""
+    counts = []
+
+    def fake_run_batch(launches, count, sampler):
+        counts.append(count)
+        return 5.0 if len(counts) == 1 else 0.010  # ms per launch: the first cold, then warm
+
+    monkeypatch.setattr(timing, "run_batch", fake_run_batch)
+    measured = timing.time_launches(["ours"], batch_ms=3.0, batches=2, warmup_ms=60.0, sampler=FixedSampler())
+    assert counts == [1, 12, 5988, 300, 300] and measured.launches_per_batch == 300  # warmed up for 60 ms

@@ -25,6 +25,7 @@ import numpy as np
 PEAK_TFLOPS = 989.4  # dense FP16/BF16 tensor peak of the H100/H200 SXM datasheet
 PEAK_CLOCK_MHZ = 1830.0  # the clock that peak assumes: 132 SMs x 4096 FLOP per clock
 SLOW_BATCHES = 3
+WARM_ENOUGH = 0.9  # of the warm-up asked for: a last batch of a few launches would add nothing
 SW_POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap
 
 
@@ -150,6 +151,21 @@ def run_batch(launches: Sequence[Callable[[], object]], count: int, sampler: Pow
     return cupy.cuda.get_elapsed_time(start, end) / count
 
 
+def warm_up(
+    launches: Sequence[Callable[[], object]], warmup_ms: float, first_ms: float, sampler: PowerSampler
+) -> float:
+    """Launches back to back for about `warmup_ms` of GPU time (after a settle the clock needs it to climb back),
+    the first batch sized by `first_ms` (the first launches' time, compiling included), the next by the warm
+    ones'. Returns the last batch's time per launch."""
+    spent, per_launch = 0.0, first_ms
+    while True:
+        count = max(1, round((warmup_ms - spent) / max(per_launch, 1e-3)))
+        per_launch = run_batch(launches, count, sampler)
+        spent += per_launch * count
+        if spent >= WARM_ENOUGH * warmup_ms:
+            return per_launch
+
+
 def time_launches(
     launches: Sequence[Callable[[], object]],
     *,
@@ -161,10 +177,10 @@ def time_launches(
     """Median time per launch; `launches` holds one ready launch per input set, called in rotation."""
     sampler = sampler or PowerSampler()
     probe = run_batch(launches, len(launches), sampler)  # also compiles and loads anything lazy
-    per_batch = max(1, round(batch_ms / max(probe, 1e-3)))
-    run_batch(launches, max(1, round(warmup_ms / max(probe, 1e-3))), sampler)
+    warm = warm_up(launches, warmup_ms, probe, sampler)
+    per_batch = max(1, round(batch_ms / max(warm, 1e-3)))  # sized by the warm launches, not the first ones
     sampler.reset()
-    if probe > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
+    if warm > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
         batches = min(batches, SLOW_BATCHES)
     times = tuple(run_batch(launches, per_batch, sampler) for _ in range(batches))
     return Timing.of_batches(times, per_batch, sampler)
@@ -184,11 +200,10 @@ def time_launches_alternated(
     to. Each batch starts on an idle queue, as in `time_launches`, so the host's cost per call still counts."""
     sampler = sampler or PowerSampler()
     probes = [run_batch(launches, len(launches), sampler) for launches in contenders]
-    per_batch = [max(1, round(batch_ms / max(probe, 1e-3))) for probe in probes]
-    for launches, probe in zip(contenders, probes, strict=True):
-        run_batch(launches, max(1, round(warmup_ms / max(probe, 1e-3))), sampler)
+    warm = [warm_up(launches, warmup_ms, probe, sampler) for launches, probe in zip(contenders, probes, strict=True)]
+    per_batch = [max(1, round(batch_ms / max(ms, 1e-3))) for ms in warm]
     sampler.reset()
-    if max(probes) > batch_ms:
+    if max(warm) > batch_ms:
         batches = min(batches, SLOW_BATCHES)
     times: list[list[float]] = [[] for _ in contenders]
     for _ in range(batches):
