@@ -288,8 +288,8 @@ def test_contenders_compared_per_call_have_their_batches_alternated(monkeypatch)
 
 def test_contenders_are_each_verified_before_any_is_timed(monkeypatch):
     events = []
-    work = types.SimpleNamespace(m=64, n=128, k=256, expected="ref", base_row=lambda name: {"stage": name},
-                                 problems=[("a", "b")], epilogue={})  # fmt: skip
+    work = types.SimpleNamespace(m=64, n=128, k=256, base_row=lambda name: {"stage": name},
+                                 checked_sets=lambda launches: [(0, "ref")])  # fmt: skip
     stats = types.SimpleNamespace(as_dict=lambda: {"passed": True}, rel_fro=0.0, max_abs=0.0, passed=True)
     monkeypatch.setattr(bench, "verify", lambda launch, expected, out: events.append(("verify", launch)) or stats)
     monkeypatch.setattr(bench, "settle", lambda s: events.append(("settle", s)))

@@ -16,7 +16,7 @@ import cupy
 from deepgemm.dtypes import input_dtype
 from deepgemm.model import ceil_div
 from tutorial import stages
-from tutorial.check import Reference, poison, random_problem, reference, verify
+from tutorial.check import Reference, first_failing, random_problem, reference, verify
 from tutorial.stages import CUBLAS
 from tutorial.timing import settle, time_launches, time_launches_alternated, timing_fields
 
@@ -119,13 +119,17 @@ class Workload:
             raise ValueError(f"a's layout is one of {A_LAYOUTS} and b's one of {B_LAYOUTS}, not {a_layout}, {b_layout}")
         return replace(self, problems=[(arrange(a, a_layout), arrange(b, b_layout)) for a, b in self.problems])
 
-    def reference_of(self, i: int) -> Reference:
-        """The float64 reference of input set `i` (`expected` is set 0's), computed once per workload."""
-        if i == 0:
-            return self.expected
-        if i not in self.references:
-            self.references[i] = reference(*self.problems[i], **self.epilogue)
-        return self.references[i]
+    def checked_sets(self, launches: int) -> list[tuple[int, Reference]]:
+        """The input sets whose outputs a check reads, with their float64 references, for `launches` rotating
+        one per set: the first and the last (a launch that reads another set's operands fails there); the
+        first alone where the launches are not one per set. Each reference is computed once per workload."""
+        found = [(0, self.expected)]
+        if launches > 1 and launches == len(self.problems):
+            last = launches - 1
+            if last not in self.references:
+                self.references[last] = reference(*self.problems[last], **self.epilogue)
+            found.append((last, self.references[last]))
+        return found
 
     def base_row(self, name: str) -> dict[str, object]:
         return {"stage": name, "dtype": self.dtype_name, "m": self.m, "n": self.n, "k": self.k,
@@ -155,7 +159,7 @@ def measure_alternated(
     settle_s: float,
     **timing: float,
 ) -> dict[str, dict[str, object]]:
-    """`measure` for contenders compared with each other: each one's first launch verified, in order, then
+    """`measure` for contenders compared with each other: each one verified (`verified_row`), in order, then
     all of them timed with their batches alternated (`timing.time_launches_alternated`), so that their
     ratio is not the clock's drift from one timing to the next."""
     rows = {name: verified_row(name, work, launches) for name, launches in contenders.items()}
@@ -167,18 +171,12 @@ def measure_alternated(
 
 
 def verified_row(name: str, work: Workload, launches: Sequence[Callable[[], object]]) -> dict[str, object]:
-    """The row's fields and the check (on poisoned output where it has one) of the first launch and, where the
-    launches rotate over the workload's input sets (launch i on set i), of the last against that set's own
-    reference: a launch that reads another set's operands fails. The stats are the first failing check's."""
+    """The row's fields and the check (on poisoned output where it has one) of launch i on input set i for
+    each of `Workload.checked_sets`; the stats shown are the first failing check's (`first_failing`)."""
     row = work.base_row(name)
-    checks = [(launches[0], work.expected)]
-    if len(launches) > 1 and len(launches) == len(work.problems):
-        checks.append((launches[-1], work.reference_of(len(launches) - 1)))
-    for launch, _ in checks:
-        if getattr(launch, "written", None) is not None:  # where the kernel writes, copied into out after it
-            poison(launch.written)
-    stats = [verify(launch, expected, getattr(launch, "out", None)) for launch, expected in checks]
-    shown = next((s for s in stats if not s.passed), stats[0])
+    stats = [verify(launches[i], expected, getattr(launches[i], "out", None))
+             for i, expected in work.checked_sets(len(launches))]  # fmt: skip
+    shown = first_failing(stats)
     row.update(shown.as_dict(), rel_err=shown.rel_fro, max_abs_err=shown.max_abs, sets_verified=len(stats))
     return row
 

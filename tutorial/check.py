@@ -186,7 +186,14 @@ def verify(run: Callable[[], Any], expected: Reference, out: cupy.ndarray | None
         poison(as_device_array(run(), "the result"))
     else:
         poison(out)
+    if getattr(run, "written", None) is not None:  # where a launch's kernel writes, copied into `out` after it
+        poison(run.written)
     cupy.cuda.Device().synchronize()  # the poison written, whichever stream `run` launches on
     result = run()
     cupy.cuda.Device().synchronize()  # a launch error surfaces here, not later
     return error_stats(out if out is not None else as_device_array(result, "the result"), expected)
+
+
+def first_failing(stats: list[ErrorStats]) -> ErrorStats:
+    """Of several checks of one thing, the first that failed, else the first."""
+    return next((s for s in stats if not s.passed), stats[0])

@@ -34,7 +34,7 @@ from deepgemm.model import HBM_TBS
 from deepgemm.operands import as_device_array
 from tutorial.bench import Workload, measure_alternated
 from tutorial.call_suite import GEMM, TORCH, call_launches, time_call
-from tutorial.check import ErrorStats, verify
+from tutorial.check import ErrorStats, first_failing, verify
 from tutorial.timing import CapturedGraph, alternated_graph_fields, capture_graph, graph_calls
 
 Shape = tuple[int, int, int]
@@ -94,15 +94,14 @@ def captured_calls(
     launches: Sequence[Callable[[], Any]], work: Workload, call_ms: float
 ) -> tuple[CapturedGraph, ErrorStats]:
     """`launches` captured in one CUDA graph (about 3 ms of calls, `timing.graph_calls`, sized from `call_ms`:
-    whole rotations, so the last call is on the last input set), and the replayed graph's first output verified
-    on NaN poison; so is its last, against that set's reference, where the launches rotate one per set: it ran
-    after every call before it in the graph, with PDL overlapping them. The stats are the first failing check's."""
+    whole rotations, so the last call is on the last input set), and the replayed graph's first and last outputs
+    verified on NaN poison (`Workload.checked_sets`): the last ran after every call before it in the graph, with
+    PDL overlapping them. The stats are the first failing check's."""
     captured = capture_graph(launches, graph_calls(call_ms, len(launches)))
-    checks = [(captured.first, work.expected)]
-    if len(launches) > 1 and len(launches) == len(work.problems):
-        checks.append((captured.last, work.reference_of(len(launches) - 1)))
-    stats = [verify(captured.replay, expected, as_device_array(out, "the graph's output")) for out, expected in checks]
-    return captured, next((s for s in stats if not s.passed), stats[0])
+    outputs = {0: captured.first, len(launches) - 1: captured.last}
+    stats = [verify(captured.replay, expected, as_device_array(outputs[i], "the graph's output"))
+             for i, expected in work.checked_sets(len(launches))]  # fmt: skip
+    return captured, first_failing(stats)
 
 
 def graph_fields(graphs: dict[str, tuple[Sequence[Callable[[], Any]], float]], work: Workload) -> dict[str, Any]:
@@ -160,11 +159,11 @@ def heuristic_fields(work: Workload, chosen: GemmConfig, row: dict[str, Any], se
 
 def ratio_fields(row: dict[str, Any]) -> dict[str, float]:
     """torch's time over ours: per call and in graphs, for the call's pick and for the heuristic's, each against
-    the torch.matmul timed beside it (records made before the heuristic had its own per call use the row's)."""
+    the torch.matmul timed beside it."""
     return {
         "x_torch": row["torch_us"] / row["call_us"],
         "x_torch_graph": row["torch_graph_us"] / row["graph_us"],
-        "x_torch_heuristic": row.get("heuristic_torch_us", row["torch_us"]) / row["heuristic_call_us"],
+        "x_torch_heuristic": row["heuristic_torch_us"] / row["heuristic_call_us"],
         "x_torch_graph_heuristic": row["torch_graph_us"] / row["heuristic_graph_us"],
     }
 

@@ -174,16 +174,10 @@ def time_launches(
     warmup_ms: float = 60.0,
     sampler: PowerSampler | None = None,
 ) -> Timing:
-    """Median time per launch; `launches` holds one ready launch per input set, called in rotation."""
-    sampler = sampler or PowerSampler()
-    probe = run_batch(launches, len(launches), sampler)  # also compiles and loads anything lazy
-    warm = warm_up(launches, warmup_ms, probe, sampler)
-    per_batch = max(1, round(batch_ms / max(warm, 1e-3)))  # sized by the warm launches, not the first ones
-    sampler.reset()
-    if warm > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
-        batches = min(batches, SLOW_BATCHES)
-    times = tuple(run_batch(launches, per_batch, sampler) for _ in range(batches))
-    return Timing.of_batches(times, per_batch, sampler)
+    """Median time per launch; `launches` holds one ready launch per input set, called in rotation
+    (`time_launches_alternated` of one contender)."""
+    return time_launches_alternated([launches], batch_ms=batch_ms, batches=batches, warmup_ms=warmup_ms,
+                                    sampler=sampler)[0]  # fmt: skip
 
 
 def time_launches_alternated(
@@ -194,16 +188,17 @@ def time_launches_alternated(
     warmup_ms: float = 60.0,
     sampler: PowerSampler | None = None,
 ) -> list[Timing]:
-    """`time_launches` for several contenders (each one ready launch per input set, called in rotation) with
-    their batches alternated, one batch of each per round, as `time_graphs` alternates graphs: timed one after
-    the other, the first would meet the clock the power limit left it and the second the clock it recovered
-    to. Each batch starts on an idle queue, as in `time_launches`, so the host's cost per call still counts."""
+    """Median time per launch of each contender (one ready launch per input set, called in rotation), their
+    batches alternated, one batch of each per round, as `time_graphs` alternates graphs: timed one after the
+    other, the first would meet the clock the power limit left it and the second the clock it recovered to.
+    Each batch starts on an idle queue, so the host's cost per call counts; each is sized by the contender's
+    warm launches (`warm_up`)."""
     sampler = sampler or PowerSampler()
-    probes = [run_batch(launches, len(launches), sampler) for launches in contenders]
+    probes = [run_batch(launches, len(launches), sampler) for launches in contenders]  # also compiles and loads
     warm = [warm_up(launches, warmup_ms, probe, sampler) for launches, probe in zip(contenders, probes, strict=True)]
     per_batch = [max(1, round(batch_ms / max(ms, 1e-3))) for ms in warm]
     sampler.reset()
-    if max(warm) > batch_ms:
+    if max(warm) > batch_ms:  # one launch outlasts a batch (v0 at 8192^3): fewer, single-launch batches
         batches = min(batches, SLOW_BATCHES)
     times: list[list[float]] = [[] for _ in contenders]
     for _ in range(batches):
