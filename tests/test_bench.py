@@ -311,17 +311,13 @@ def test_a_launch_that_reads_another_input_set_fails_where_the_first_one_passes(
     last launch checked against its own set's reference fails it."""
     import numpy as np
 
-    from tests.numpy_cupy import numpy_for_cupy
-    from tutorial import check
+    from tests.numpy_cupy import numpy_for_cupy, rotating_workload
 
     numpy_for_cupy(monkeypatch)
-    rng = np.random.default_rng(0)
-    problems = [((rng.random((8, 64)) - 0.5).astype(np.float16), (rng.random((64, 16)) - 0.5).astype(np.float16))
-                for _ in range(3)]  # fmt: skip
-    work = bench.Workload(8, 16, 64, "fp16", problems, None, {}, check.reference(*problems[0]))
+    work, product = rotating_workload()
 
     def launch(i: int):
-        return lambda: (problems[i][0].astype(np.float32) @ problems[i][1].astype(np.float32)).astype(np.float16)
+        return lambda: product(i)
 
     right = bench.verified_row("right", work, [launch(i) for i in range(3)])
     stuck = bench.verified_row("stuck", work, [launch(0)] * 3)

@@ -382,18 +382,12 @@ def test_the_sm80_kernels_recorded_table_verified_every_row_on_its_heuristics_pi
 def test_a_graph_is_checked_on_its_first_and_its_last_call_each_against_its_own_set(monkeypatch):
     """The graph's last call ran after all the others (PDL overlapping them) on the last input set: a graph
     whose later calls all read set 0 passes the first check and fails the last."""
-    from tests.numpy_cupy import numpy_for_cupy
-    from tutorial import check, timing
+    from tests.numpy_cupy import numpy_for_cupy, rotating_workload
+    from tutorial import timing
 
     numpy_for_cupy(monkeypatch)
     monkeypatch.setattr(shape_suite, "as_device_array", lambda x, name: x)
-    rng = np.random.default_rng(1)
-    problems = [((rng.random((8, 64)) - 0.5).astype(np.float16), (rng.random((64, 16)) - 0.5).astype(np.float16))
-                for _ in range(3)]  # fmt: skip
-    work = bench.Workload(8, 16, 64, "fp16", problems, None, {}, check.reference(*problems[0]))
-
-    def product(i: int) -> np.ndarray:
-        return (problems[i][0].astype(np.float32) @ problems[i][1].astype(np.float32)).astype(np.float16)
+    work, product = rotating_workload(seed=1)
 
     def fake_capture(sets_read: list[int]):
         first, last = np.empty((8, 16), np.float16), np.empty((8, 16), np.float16)
