@@ -180,7 +180,7 @@ elif [ "$part" = gpc ]; then
   gpu_tests
 elif [ "$part" = shapes ]; then  # the whole log to $out, its summary here (the table is in shapes.json)
   dtype=${DTYPE:-fp16}
-  timeout 480 python3 -m tutorial bench --suite shapes --dtype "$dtype" --part "${PART:-both}" --record \
+  timeout "${SHAPES_S:-600}" python3 -m tutorial bench --suite shapes --dtype "$dtype" --part "${PART:-both}" --record \
     > "$out/shapes_$dtype.log" 2>&1
   grep -v '^[a-z0-9]*16  ' "$out/shapes_$dtype.log" | tail -70
   timeout 60 python3 -m pytest tests/test_gpu_shapes.py -q -rfE -p no:cacheprovider 2>&1 | tail -5
