@@ -16,8 +16,10 @@ record. Over it, the model's first choice is a mean 1.7% slower than the fastest
 - **The cost** (`estimate_us`): the busiest SM runs its blocks in rounds of as many as it holds (`resident`),
   a full round at the tile's own rate, a last round of fewer at (held / fit) ** 0.4 of it; plus split-K's
   partials (written, then read back) and each slice's fixed cost.
-- **The pipeline**: the tile's own depth, or as many stages as fit the GPU's shared memory per block (99 KB
-  on Ada and consumer Blackwell, 163 KB on A100).
+- **The pipeline**: each tile at the depth its rate was measured at. Where a GPU's shared memory per block
+  cuts a tile below it (128 x 256 x 64, three 48 KB stages, on the 99 KB of Ada and consumer Blackwell), its
+  BLOCK_K 32 form takes its place at four stages (`WIDE`, 96 KB, measured at that depth), not the cut tile
+  at a rate measured at three; as many stages as fit only where no tile keeps its depth.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ TILES = (
     Tile(128, 256, 64, 2, 4, 3, 3.02),  # 8 warps of 64 x 64: the fewest shared-memory reads per multiply
 )
 WIDE = Tile(128, 256, 32, 2, 4, 4, 2.94)  # v2's tile and the kernel's default (plan_sm80.DEFAULTS)
+SHALLOWER = {TILES[-1]: WIDE}  # a tile -> its measured BLOCK_K 32 form, for GPUs that cannot hold its depth
 MIN_STAGES = 2  # double buffering: the kernel's least
 MIN_K_TILES_PER_SLICE = 4  # a slice shorter than this cannot fill the pipeline it runs through
 MAX_SPLIT = 16
@@ -150,14 +153,32 @@ def config_of(tile: Tile, block_n: int, split: int, smem_per_block: int) -> Gemm
     return GemmConfig(block_m=tile.block_m, block_n=block_n, block_k=tile.block_k, num_stages=stages, extra=extra)
 
 
+def at_depth(tile: Tile, block_n: int, smem_per_block: int) -> Tile | None:
+    """The tile, where `smem_per_block` holds its measured depth; else its BLOCK_K 32 form where that was
+    measured and holds its own (`SHALLOWER`: 128 x 256 x 64 -> WIDE on a 99 KB GPU); else None."""
+    for form in (tile, SHALLOWER.get(tile)):
+        if form is not None and smem_per_block >= form.max_stages * form.stage_bytes(block_n):
+            return form
+    return None
+
+
 def candidates(m: int, n: int, k: int, sm_count: int, smem_per_block: int) -> list[tuple[Tile, GemmConfig]]:
-    """Every tile that suits M and fits two stages in a block, narrowed to N, at each of its splits (`splits`),
-    in TILES' order; a narrowed tile that repeats an earlier one is left out."""
+    """Every tile that suits M, narrowed to N, at the depth its rate was measured at (`at_depth`), at each of
+    its splits (`splits`), in TILES' order; a narrowed tile that repeats an earlier one is left out. Where no
+    tile keeps its depth, every tile that fits two stages, at as many as fit."""
+    found = _candidates(m, n, k, sm_count, smem_per_block, cut=False)
+    return found or _candidates(m, n, k, sm_count, smem_per_block, cut=True)
+
+
+def _candidates(
+    m: int, n: int, k: int, sm_count: int, smem_per_block: int, *, cut: bool
+) -> list[tuple[Tile, GemmConfig]]:
     found, seen = [], set()
-    for tile in TILES:
-        block_n = narrow_block_n(tile, n)
-        fits = smem_per_block >= MIN_STAGES * tile.stage_bytes(block_n)
-        if not (fits and suits(tile, m)) or (tile.block_m, block_n, tile.block_k) in seen:
+    for listed in TILES:
+        block_n = narrow_block_n(listed, n)
+        tile = listed if cut else at_depth(listed, block_n, smem_per_block)
+        fits = tile is not None and smem_per_block >= MIN_STAGES * tile.stage_bytes(block_n)
+        if not (fits and suits(listed, m)) or (tile.block_m, block_n, tile.block_k) in seen:
             continue
         seen.add((tile.block_m, block_n, tile.block_k))
         for split in splits(output_tiles(m, n, tile.block_m, block_n), k, tile.block_k, sm_count):

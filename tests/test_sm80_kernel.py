@@ -459,9 +459,12 @@ RTX_3060 = (28, 101_376)
         # ... but never into slices under 4 k-tiles: K = 256 is 4 of them, one slice.
         ((1, 1024, 256), A100, (16, 64, 64, 6, 1)),
         ((1, 1024, 512), RTX_3060, (16, 64, 64, 6, 1)),
-        # Large: 128 x 256 x 64, no split; the 4090's 99 KB holds 2 of its 48 KB stages, an A100's 3.
-        ((4096, 4096, 4096), RTX_4090, (128, 256, 64, 2, 1)),
+        # Large: 128 x 256 x 64 at the 3 stages its rate was measured at (an A100's 163 KB holds them); the
+        # 4090's 99 KB holds 2 of its 48 KB stages, so its BLOCK_K 32 form at 4 stages of 24 KB takes its place.
         ((4096, 4096, 4096), A100, (128, 256, 64, 3, 1)),
+        ((4096, 4096, 4096), RTX_4090, (128, 256, 32, 4, 1)),
+        # 48 KB (an sm_80 block's default without opt-in): no tile keeps its depth, so each runs as many as fit.
+        ((4096, 4096, 4096), (108, 49_152), (64, 128, 64, 2, 1)),
         # 128 tokens: 32 tiles of 128 x 128 on 108 SMs, 3 slices (96 blocks).
         ((128, 4096, 4096), A100, (128, 128, 64, 3, 3)),
         # N narrower than the tile: the power of two that covers it, at least 16 per warp.
@@ -492,6 +495,21 @@ def test_every_pick_is_a_config_the_kernel_runs_and_fits_the_gpu(m, n, k, gpu):
     if split > 1:
         assert k_tiles // split >= heuristic_sm80.MIN_K_TILES_PER_SLICE
         assert output_tiles(m, n, cfg.block_m, cfg.block_n) * split <= 2 * sm_count
+
+
+def test_a_tile_is_offered_only_at_the_depth_its_rate_was_measured_at():
+    """On 99 KB the 16- and 32-row tiles 128 wide (6 stages of 18 and 20 KB) and 128 x 256 x 64 (3 of 48 KB)
+    do not keep their depth: the first two are not offered, the third is offered as WIDE; on an A100 all are."""
+
+    def offered(m, gpu):
+        return {
+            (t.block_m, c.block_n, t.block_k, c.num_stages) for t, c in heuristic_sm80.candidates(m, 4096, 4096, *gpu)
+        }
+
+    assert {(16, 128, 64, 6), (32, 128, 64, 6)} <= offered(16, A100) | offered(32, A100)
+    assert not {cfg for cfg in offered(16, RTX_4090) | offered(32, RTX_4090) if cfg[1] == 128}
+    assert (128, 256, 64, 3) in offered(4096, A100) and (128, 256, 32, 4) not in offered(4096, A100)
+    assert (128, 256, 32, 4) in offered(4096, RTX_4090) and (128, 256, 64, 2) not in offered(4096, RTX_4090)
 
 
 def test_a_gpu_with_too_little_shared_memory_for_two_stages_is_told_so():
