@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lab import RESULTS_DIR, coalescer, gpc, kernel_probe, rounds, shape_sweep, sweeps, tile_order
+from lab import RESULTS_DIR, call_regime, coalescer, gpc, kernel_probe, rounds, shape_sweep, sweeps, tile_order
 from tutorial import results
 from tutorial.bench import bench_variants
 from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
@@ -57,6 +57,7 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "tile_order": "python -m lab.tile_order --record",
     "cluster_k": "python -m lab.cluster_k --record",
     "pingpong": "python -m lab.pingpong --record",
+    "call_regime": "python -m lab.call_regime --record",
     "pingpong_64": "python -m lab.pingpong --tiles 64 --shapes 2048x7168x2048,2048x2112x7168,1536x28672x4096,"
     "512x28672x4096,2048x7168x16384,4096x2112x7168,1024x4096x4096,4096x4096x4096,512x7168x2048,2048x4096x7168 "
     "--name pingpong_64 --record (the record's provenance has the command as it ran, before --tiles, at ba32821)",
@@ -113,6 +114,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "v5_hiding": rounds.summary_lines,
         "v5_cluster_n": rounds.summary_lines,
         "tile_order": tile_order.lines,
+        "call_regime": call_regime.lines,
         "cluster_k": shape_sweep.graph_lines,
         "pingpong": shape_sweep.graph_lines,
         "pingpong_64": shape_sweep.graph_lines,

@@ -39,6 +39,8 @@
 #                                   first (stability.json; SOAK_S seconds, 620); longer than a device call:
 #                                   `scripts/background.sh start soak scripts/h200_record.sh soak`, then
 #                                   `scripts/background.sh wait soak 590` in the next call
+#   scripts/h200_record.sh call-regime  ours and torch per call settled, as a burst, hot, and in graphs, at six shapes
+#                                   above M = 500 (lab's call_regime.json; about a minute)
 #   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
 #                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
 #                                   (lab's op_host.json), then the training run (train.json)
@@ -164,6 +166,8 @@ elif [ "$part" = sanitize-pingpong ]; then  # two warpgroups taking a CTA's tile
     "777x2112x1500,300x1000x520 BLOCK_M=128,BLOCK_N=144,CLUSTER_M=1,PINGPONG=1,NUM_STAGES=4" \
     "777x4100x264 BLOCK_M=64,BLOCK_N=48,CLUSTER_M=2,SWAP_AB=1,PINGPONG=1" \
     "1000x3000x1000 BLOCK_M=64,BLOCK_N=224,CLUSTER_M=2,PINGPONG=1,PDL=1"
+elif [ "$part" = call-regime ]; then  # per call against the clock's state, at six shapes above M = 500
+  timeout 300 python3 -m lab.call_regime --record 2>&1 | tail -40
 elif [ "$part" = callhost ]; then
   timeout 300 python3 -m lab.call_host --against .old --record 2>&1 | tail -12
 elif [ "$part" = progression ]; then

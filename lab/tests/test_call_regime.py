@@ -1,0 +1,32 @@
+"""lab.call_regime without a GPU: the four states of the clock it compares, the ratio each entry carries, and
+its lines."""
+
+from __future__ import annotations
+
+from lab import call_regime
+from tutorial.shape_suite import CALL_TIMING, SETTLE_S
+
+
+def test_settled_is_the_shape_tables_per_call_timing_and_hot_runs_a_second_first():
+    assert call_regime.PER_CALL["settled"] == {"settle_s": SETTLE_S, **CALL_TIMING}
+    hot = call_regime.PER_CALL["hot"]
+    assert hot["settle_s"] == 0.0 and hot["warmup_ms"] >= 1000.0 and hot["batch_ms"] > CALL_TIMING["batch_ms"]
+
+
+def test_an_entry_is_torchs_time_over_ours_and_fails_where_either_check_did():
+    entry = call_regime.regime("hot", {"us": 100.0, "passed": True, "sm_clock_mhz": 1500.0}, {"us": 90.0})
+    assert entry["x_torch"] == 0.9 and entry["passed"] and entry["sm_clock_mhz"] == 1500.0
+    assert not call_regime.regime("graphs", {"us": 1.0}, {"us": 1.0, "passed": False})["passed"]
+    assert call_regime.timed({"ms": 0.25})["us"] == 250.0
+
+
+def test_lines_show_each_state_with_its_ratio_and_clock():
+    row = {"dtype": "fp16", "m": 512, "n": 4096, "k": 4096, "candidates": [
+        call_regime.regime("settled", {"us": 25.0, "passed": True, "sm_clock_mhz": 1965.0}, {"us": 24.0}),
+        call_regime.regime("burst", {"us": 24.0}, {"us": 22.0, "passed": False}),
+    ]}  # fmt: skip
+    assert call_regime.lines([row]) == [
+        "fp16 512x4096x4096",
+        "  settled  ours    25.00 us  torch    24.00 us  x 0.960    1965 MHz",
+        "  burst    ours    24.00 us  torch    22.00 us  x 0.917              FAILED",
+    ]
