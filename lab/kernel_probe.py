@@ -21,6 +21,13 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
 - `early_prefetch`: does fetching the tensor maps at the kernel's start, before the barriers, the cluster's sync
   and griddepcontrol.wait, shorten the 0.8 to 1.3 us before a CTA's first TMA (notes/streaming_tail.md)? The
   shipped kernel prefetches them in the producer thread just before its first load. Timed as `hints` is.
+- `two_ctas`: do two CTAs an SM, the grid one CTA per tile, shorten the streaming tail at small M? At 1 x 28672
+  x 4096 the table's 112 CTAs of 256 weight rows finish between 47 and 56 us (notes/streaming_tail.md): DRAM
+  serves the SMs unevenly, and a static split cannot follow it. The variant launches at most 128 registers a
+  thread (the producer's 40 and the consumer's 216 are two CTAs' 65536), fits its stages in half an SM's shared
+  memory, and the plan's grid becomes one CTA per tile, so that the hardware hands the next tile to whichever
+  SM frees a slot first, while the CTA beside it keeps streaming through the new one's prologue. The entry's
+  tiling at 64 rows, timed shipped (persistent, one CTA an SM) and patched, beside the table's entry and torch.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -39,7 +46,7 @@ import statistics
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +56,10 @@ from deepgemm import heuristic
 from deepgemm import plan as library_plan
 from deepgemm.api import config_of
 from deepgemm.config import GemmConfig
+from deepgemm.driver import max_active_clusters
 from deepgemm.frameworks import Torch
 from deepgemm.jit import LIBRARY_KERNEL, module_of
+from deepgemm.model import cluster_tiles
 from lab import RESULTS_DIR, record
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload
@@ -183,6 +192,26 @@ EARLY_TRIGGER_PATCHES = (
     ("            griddepcontrol_launch_dependents();\n        }\n    } else {\n", "        }\n    } else {\n"),
 )
 
+# Two CTAs an SM: 128 registers a thread at launch (two CTAs of 256 threads fill the 65536), given out as the
+# producer's 40 and the consumer's 216; the stages in half of the SM's 228 KB less a CTA's 1 KB reserve.
+TWO_CTAS_PATCHES = (
+    ("constexpr int CONSUMER_REGS = 232;",
+     "static_assert(NUM_CONSUMERS == 1 && CLUSTER_SIZE == 1 && !PARTIAL_TILES,\n"
+     "              \"lab two_ctas: one consumer warpgroup, no cluster, whole tiles\");\n"
+     "constexpr int CONSUMER_REGS = 216;"),
+    ("constexpr int DYNAMIC_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + EPI_BYTES + SUM_BYTES + ALIGN_SLACK_BYTES;\n",
+     "constexpr int DYNAMIC_SMEM_BYTES = NUM_STAGES * STAGE_BYTES + EPI_BYTES + SUM_BYTES + ALIGN_SLACK_BYTES;\n"
+     "static_assert(DYNAMIC_SMEM_BYTES + 2 * NUM_STAGES * 8 <= 113 * 1024, \"lab two_ctas: two CTAs fit an SM\");\n"),
+    ("__launch_bounds__(NUM_THREADS, 1)\ngemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ "
+     "TmaDesc tma_b, out_t*",
+     "__launch_bounds__(NUM_THREADS, 2)\ngemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ "
+     "TmaDesc tma_b, out_t*"),
+    ("__launch_bounds__(NUM_THREADS, 1)\ngemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ "
+     "TmaDesc tma_b,\n",
+     "__launch_bounds__(NUM_THREADS, 2)\ngemm_kernel(const __grid_constant__ TmaDesc tma_a, const __grid_constant__ "
+     "TmaDesc tma_b,\n"),
+)
+
 STAMP_HELPERS = f"""
 extern "C" __device__ unsigned long long lab_stamps[{MAX_CTAS} * {STAMP_SLOTS}];
 __device__ __forceinline__ void lab_stamp(int slot) {{
@@ -232,11 +261,11 @@ STAMP_PATCHES = (
 
 VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
             "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "early_trigger": EARLY_TRIGGER_PATCHES,
-            "early_prefetch": EARLY_PREFETCH_PATCHES}
+            "early_prefetch": EARLY_PREFETCH_PATCHES, "two_ctas": TWO_CTAS_PATCHES}
 # Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes;
 # late_trigger: the record of the kernel that triggered at the start).
 COMPARED = ("hints", "two_parts", "read_wait", "early_prefetch", "swap_pointer", "swap_tma", "swap_tma_read_wait",
-            "early_trigger", "late_trigger", "against")
+            "early_trigger", "late_trigger", "two_ctas", "against")
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -258,10 +287,30 @@ def variant_kernel(variant: str) -> Path:
     return path
 
 
+RESIDENT: dict[Path, int] = {}  # a two_ctas kernel -> the CTAs of it the GPU holds at once (the driver's count)
+
+
+def one_tile_per_cta(
+    path: Path, device: int, m: int, n: int, k: int, cfg: GemmConfig, function: int, threads: int, smem: int
+) -> tuple[int, tuple[int, int]]:
+    """`plan.persistent_grid` for the two_ctas variant: a CTA per tile, every tile whole (the hardware schedules
+    the CTAs past the first two an SM as slots free); the driver's count of resident CTAs kept in RESIDENT."""
+    if cfg.value("SPLIT_K") != 1 or cfg.value("STREAM_K") or cfg.value("CLUSTER_M") * cfg.value("CLUSTER_N") != 1:
+        raise ValueError("two_ctas runs whole tiles without a cluster: SPLIT_K 1, STREAM_K 0, a cluster of one")
+    RESIDENT[path] = max_active_clusters(function, 1, threads, smem)
+    return cluster_tiles(m, n, cfg.value("BLOCK_M"), cfg.value("BLOCK_N"), 1, 1), (0, 0)
+
+
+GRIDS = {"two_ctas": one_tile_per_cta}  # variants whose plan launches another grid than the persistent one
+
+
 @contextmanager
 def kernel_file(path: Path, built: list[Any]) -> Iterator[None]:
-    """Plans built inside compile `path` in place of the shipped kernel; each kernel compiled is appended to `built`."""
+    """Plans built inside compile `path` in place of the shipped kernel (and, for a variant of GRIDS, launch its
+    grid); each kernel compiled is appended to `built`."""
     shipped_path, shipped_get = library_plan.LIBRARY_KERNEL, library_plan.get_kernel
+    shipped_grid = library_plan.persistent_grid
+    grid = GRIDS.get(path.stem.removeprefix("gemm_sm90_"))
 
     def get_kernel(_: Path, defines: Any, *args: Any) -> Any:
         kernel = shipped_get(path, defines, *args)
@@ -269,10 +318,13 @@ def kernel_file(path: Path, built: list[Any]) -> Iterator[None]:
         return kernel
 
     library_plan.LIBRARY_KERNEL, library_plan.get_kernel = path, get_kernel
+    if grid is not None:
+        library_plan.persistent_grid = partial(grid, path)
     try:
         yield
     finally:
         library_plan.LIBRARY_KERNEL, library_plan.get_kernel = shipped_path, shipped_get
+        library_plan.persistent_grid = shipped_grid
 
 
 def launches_of(work: Workload, cfg: GemmConfig, path: Path) -> tuple[list[Callable[[], Any]], Any]:
@@ -327,6 +379,22 @@ def early_trigger_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
     return {**row, "other": "early trigger", "config": heuristic.config_name(with_pdl)}
 
 
+def two_ctas_row(work: Workload, entry: GemmConfig) -> dict[str, Any]:
+    """The entry's orientation, width, PDL and JIT at 64 rows, whole tiles, no cluster, as many stages as two
+    CTAs an SM fit: shipped (persistent) and as the two_ctas variant (`compare_row`), the entry itself beside
+    them ("entry_"); with the resident CTAs."""
+    fields = heuristic.config_fields(entry)
+    most = heuristic.max_stages(entry.block_n, 64, bool(fields["SWAP_AB"]))
+    alone = {"CLUSTER_M": 1, "CLUSTER_N": 1, "CLUSTER_K": 1, "SPLIT_K": 1, "STREAM_K": 0, "PINGPONG": 0}
+    tile = heuristic.config_from_fields({**fields, **alone, "block_m": 64, "num_stages": most})
+    path = variant_kernel("two_ctas")
+    fitted = stages_that_fit(work, tile, path)
+    beside, _ = launches_of(work, entry, LIBRARY_KERNEL)
+    row = compare_row(work, fitted, path, beside={"entry_": beside})
+    return {**row, "config": heuristic.config_name(fitted), "entry": heuristic.config_name(entry),
+            "resident_ctas": RESIDENT.get(path)}  # fmt: skip
+
+
 def stamps_row(work: Workload, cfg: GemmConfig, launches_in_a_row: int = 1) -> dict[str, Any]:
     """The stamping kernel launched `launches_in_a_row` times back to back on an idle GPU, the last launch's
     stamps read: per CTA, the us from the first CTA's start to each event. One launch meets a cold SM (its
@@ -370,6 +438,8 @@ def probe(
                                "config": heuristic.config_name(fitted)}  # fmt: skip
     if "early_trigger" in variants:
         row["early_trigger"] = early_trigger_row(work, cfg)
+    if "two_ctas" in variants:
+        row["two_ctas"] = two_ctas_row(work, cfg)
     if against is not None:
         row["against"] = compare_row(work, cfg, against)
     if "stamps" in variants:
@@ -388,6 +458,8 @@ def lines(rows: list[dict]) -> list[str]:
                 h = row[key]
                 said = f" (as {h['config']})" if "config" in h else ""
                 off = f", no PDL {h['no_pdl_graph_us']:8.2f}" if "no_pdl_graph_us" in h else ""
+                if "entry_graph_us" in h:
+                    off = f", entry {h['entry']} {h['entry_graph_us']:8.2f}, {h['resident_ctas']} CTAs resident"
                 out.append(f"{head}{said} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "
                            f"(x {h['other_over_shipped']:.3f}){off}, torch {h['torch_graph_us']:8.2f}, "
                            f"identical {h['identical']}")  # fmt: skip
@@ -413,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None,
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps",
-                        help="of hints, two_parts, read_wait, early_prefetch, swap_pointer, early_trigger, stamps "
-                        "(default: %(default)s)")
+                        help="of hints, two_parts, read_wait, early_prefetch, swap_pointer, early_trigger, two_ctas, "
+                        "stamps (default: %(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
     parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")

@@ -41,6 +41,9 @@
 #                                   `scripts/background.sh wait soak 590` in the next call
 #   scripts/h200_record.sh call-regime  ours and torch per call settled, as a burst, hot, and in graphs, at six shapes
 #                                   above M = 500 (lab's call_regime.json; about a minute)
+#   scripts/h200_record.sh two-ctas  the library kernel patched for two CTAs an SM and a CTA per tile, beside the
+#                                   shipped one and the table's entry at three M <= 16 shapes (lab's
+#                                   kernel_probe_two_ctas.json; about three minutes, most of it compiling)
 #   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
 #                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
 #                                   (lab's op_host.json), then the training run (train.json)
@@ -166,6 +169,9 @@ elif [ "$part" = sanitize-pingpong ]; then  # two warpgroups taking a CTA's tile
     "777x2112x1500,300x1000x520 BLOCK_M=128,BLOCK_N=144,CLUSTER_M=1,PINGPONG=1,NUM_STAGES=4" \
     "777x4100x264 BLOCK_M=64,BLOCK_N=48,CLUSTER_M=2,SWAP_AB=1,PINGPONG=1" \
     "1000x3000x1000 BLOCK_M=64,BLOCK_N=224,CLUSTER_M=2,PINGPONG=1,PDL=1"
+elif [ "$part" = two-ctas ]; then  # two CTAs an SM, a CTA per tile, against the streaming tail at small M
+  timeout 400 python3 -m lab.kernel_probe --variants two_ctas --shapes 1x28672x4096,16x28672x4096,16x24576x1536 \
+    --name kernel_probe_two_ctas --record 2>&1 | tail -12
 elif [ "$part" = call-regime ]; then  # per call against the clock's state, at six shapes above M = 500
   timeout 300 python3 -m lab.call_regime --record 2>&1 | tail -40
 elif [ "$part" = callhost ]; then

@@ -18,14 +18,20 @@ def test_a_patch_whose_anchor_is_missing_or_repeated_is_refused_by_name():
 def test_each_variant_patches_the_shipped_kernel(variant):
     source = kernel_probe.patched(LIBRARY_KERNEL.read_text(), kernel_probe.VARIANTS[variant])
     assert source != LIBRARY_KERNEL.read_text()
-    marker = {"hints": "L2::cache_hint", "two_parts": "last - first == 1", "swap_pointer": "C_BY_POINTER SWAP_AB\n",
-              "read_wait": "bulk_wait_group_read<0>();", "stamps": "%%globaltimer",
-              "early_trigger": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();",
-              "early_prefetch": "if (threadIdx.x == 0) {\n        prefetch_tensormap(&tma_a);"}[variant]
+    marker = {
+        "hints": "L2::cache_hint",
+        "two_parts": "last - first == 1",
+        "swap_pointer": "C_BY_POINTER SWAP_AB\n",
+        "read_wait": "bulk_wait_group_read<0>();",
+        "stamps": "%%globaltimer",
+        "early_trigger": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();",
+        "early_prefetch": "if (threadIdx.x == 0) {\n        prefetch_tensormap(&tma_a);",
+        "two_ctas": "CONSUMER_REGS = 216;",
+    }[variant]
     assert marker in source
 
 
-@pytest.mark.parametrize("variant", sorted(kernel_probe.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(set(kernel_probe.VARIANTS) - {"two_ctas"}))  # its own tiles: below
 @pytest.mark.parametrize("defines", [
     {"BLOCK_M": 128, "BLOCK_N": 224, "NUM_STAGES": 4, "CLUSTER_M": 2},
     {"BLOCK_M": 256, "BLOCK_N": 8, "NUM_STAGES": 6, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672, "FIXED_K": 4096},
@@ -69,3 +75,45 @@ def test_early_prefetch_fetches_the_maps_before_the_barriers_and_the_wait():
     early, shipped = first_of(kernel_probe.variant_kernel("early_prefetch")), first_of(LIBRARY_KERNEL)
     assert early("UTMACCTL.PF") < early("SYNCS.EXCH") < early("ACQBULK")
     assert shipped("ACQBULK") < shipped("UTMACCTL.PF")
+
+
+TWO_CTAS_TILE = {"BLOCK_M": 64, "BLOCK_N": 8, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672, "FIXED_K": 4096}
+
+
+@pytest.mark.parametrize("block_n", [8, 16, 32])
+def test_two_ctas_launches_within_half_an_sm_and_gives_the_consumer_216_registers(block_n):
+    """Two CTAs an SM: 128 registers a thread at launch (2 x 256 threads x 128 = 65536), no spills, the stages
+    and the barriers within 113 KB; in SASS the producer gives back to 40 registers and the consumer takes 216."""
+    from tutorial.sass import disassemble
+
+    report = compile_file_report(kernel_probe.variant_kernel("two_ctas"),
+                                 {**TWO_CTAS_TILE, "BLOCK_N": block_n, "NUM_STAGES": 8})  # fmt: skip
+    assert report.registers <= 128 and report.spill_stores == report.spill_loads == report.stack_bytes == 0
+    assert report.launch_facts().threads == 256
+    assert 2 * (report.launch_facts().smem_bytes + report.static_smem_bytes + 1024) <= 228 * 1024
+    code = disassemble(report.cubin)
+    assert "USETMAXREG.DEALLOC.CTAPOOL 0x28" in code and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xd8" in code
+
+
+@pytest.mark.parametrize(("defines", "message"), [
+    ({**TWO_CTAS_TILE, "NUM_STAGES": 13}, "two CTAs fit an SM"),
+    ({**TWO_CTAS_TILE, "BLOCK_M": 128, "NUM_STAGES": 4}, "one consumer warpgroup"),
+    ({**TWO_CTAS_TILE, "CLUSTER_N": 2, "NUM_STAGES": 4}, "no cluster"),
+])  # fmt: skip
+def test_two_ctas_refuses_what_two_ctas_an_sm_cannot_hold(defines, message):
+    with pytest.raises(RuntimeError, match=message):
+        compile_file_report(kernel_probe.variant_kernel("two_ctas"), defines)
+
+
+def test_two_ctas_grid_is_a_cta_per_tile_and_refuses_cut_tiles_and_clusters(monkeypatch):
+    monkeypatch.setattr(kernel_probe, "max_active_clusters", lambda function, size, threads, smem: 264)
+    path = kernel_probe.variant_kernel("two_ctas")
+    tile = kernel_probe.heuristic.config_from_name("swap m64 n8 c1 s1 st12").merged_over(
+        kernel_probe.library_plan.DEFAULTS
+    )
+    assert kernel_probe.one_tile_per_cta(path, 0, 28672, 1, 4096, tile, 0, 256, 113664) == (448, (0, 0))
+    assert kernel_probe.RESIDENT[path] == 264
+    for name in ("swap m64 n8 c1 s2 st12", "swap m64 n8 c1 sk1 st12", "swap m64 n8 c1x2 s1 st12"):
+        cfg = kernel_probe.heuristic.config_from_name(name).merged_over(kernel_probe.library_plan.DEFAULTS)
+        with pytest.raises(ValueError, match="whole tiles without a cluster"):
+            kernel_probe.one_tile_per_cta(path, 0, 28672, 1, 4096, cfg, 0, 256, 113664)
