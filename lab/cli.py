@@ -54,6 +54,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "1x28672x4096,1x4096x4096,16x6144x4096 --name kernel_probe_early_prefetch --record",
     "kernel_probe_stamps_512": "python -m lab.kernel_probe --variants stamps --shapes 512x4096x4096 --config "
     "'n128 c1 s1 st6,swap n128 c1 s1 st6,n128 c2 s1 st6' --name kernel_probe_stamps_512 --record",
+    "kernel_probe_stamps_128": "python -m lab.kernel_probe --variants stamps --shapes 128x2112x7168 --name "
+    "kernel_probe_stamps_128 --record",
     "kernel_probe_two_ctas": "python -m lab.kernel_probe --variants two_ctas --shapes 1x28672x4096,16x28672x4096,"
     "16x24576x1536 --name kernel_probe_two_ctas --record",
     "tile_order": "python -m lab.tile_order --record",
