@@ -7,9 +7,9 @@ The H200 is held at its power limit: its clock falls by hundreds of MHz within t
 per call the table times after a 0.1 s settle, graphs once the GPU is hot. So each shape here is timed, ours
 and torch alternated, in four states of the clock, in this order:
 
-- settled: per call as the shape table times it (a 0.1 s settle, 60 ms of warm-up, 20 ms batches), each
-  contender verified first;
-- burst: the queue held while 50 calls are queued, then run back to back (`timing.device_us_per_call`);
+- settled: per call as the shape table times it (`call_suite.time_call`: each contender verified, a 0.1 s
+  settle, 60 ms of warm-up, 20 ms batches);
+- burst: the queue held while 50 calls are queued, then run back to back (the same call's `device_us`);
 - hot: per call after a second of both running, in 60 ms batches;
 - graphs: in CUDA graphs as the shape table times them (`shape_suite.graph_fields`).
 
@@ -26,15 +26,11 @@ from typing import Any
 from deepgemm.config import GemmConfig
 from lab import shape_sweep
 from tutorial.bench import Workload, measure_alternated
-from tutorial.call_suite import GEMM, TORCH, call_launches
+from tutorial.call_suite import GEMM, TORCH, call_launches, time_call
 from tutorial.runner import Shape
 from tutorial.shape_suite import CALL_TIMING, SETTLE_S, SHAPE_LAYOUT, graph_fields
-from tutorial.timing import device_us_per_call
 
-PER_CALL = {  # regime -> measure_alternated's settle and timing
-    "settled": {"settle_s": SETTLE_S, **CALL_TIMING},
-    "hot": {"settle_s": 0.0, "batch_ms": 60.0, "batches": 7, "warmup_ms": 1000.0},
-}
+HOT = {"settle_s": 0.0, "batch_ms": 60.0, "batches": 7, "warmup_ms": 1000.0}  # measure_alternated's, for "hot"
 DEFAULT_SHAPES = "512x4096x4096,2048x4096x4096,512x28672x4096,2048x2112x7168,4096x7168x2048,512x24576x1536"
 
 
@@ -49,28 +45,26 @@ def regime(name: str, ours: dict[str, Any], torch: dict[str, Any]) -> dict[str, 
             "sm_clock_mhz": ours.get("sm_clock_mhz"), "power_w": ours.get("power_w")}  # fmt: skip
 
 
-def timed(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "us": 1e3 * row["ms"]}
-
-
 def row_at(shape: Shape, dtype: str, _device: int) -> dict[str, Any]:
+    """Settled and burst from the shape table's own per-call timing (`call_suite.time_call` as `shape_row` calls
+    it), then hot, then graphs (`shape_suite.graph_fields`)."""
     m, n, k = shape
     work = Workload.make(m, n, k, dtype).in_layout(*SHAPE_LAYOUT)
+    table = time_call(work, "torch", *SHAPE_LAYOUT, settle_s=SETTLE_S, torch_first=False, device_time=True,
+                      timing=CALL_TIMING)  # fmt: skip
     launches = call_launches(work, "torch")
-    contenders = {GEMM: launches[GEMM], TORCH: launches[TORCH]}
-    found = []
-    for name, timing in PER_CALL.items():
-        measured = measure_alternated(contenders, work, **timing)
-        found.append(regime(name, timed(measured[GEMM]), timed(measured[TORCH])))
-        if name == "settled":
-            burst = {name: {"us": device_us_per_call(calls)} for name, calls in contenders.items()}
-            found.append(regime("burst", burst[GEMM], burst[TORCH]))
-    per_call_ms = {name: found[0][key] / 1e3 for name, key in ((GEMM, "us"), (TORCH, "torch_us"))}
-    graphs = graph_fields({"": (launches[GEMM], per_call_ms[GEMM]), "torch_": (launches[TORCH], per_call_ms[TORCH])},
-                          work)  # fmt: skip
-    found.append(regime("graphs", {"us": graphs["graph_us"], "passed": graphs["graph_passed"],
-                                   "sm_clock_mhz": graphs["graph_sm_clock_mhz"]},
-                        {"us": graphs["torch_graph_us"], "passed": graphs["torch_graph_passed"]}))  # fmt: skip
+    hot = measure_alternated({GEMM: launches[GEMM], TORCH: launches[TORCH]}, work, **HOT)
+    graphs = graph_fields({"": (launches[GEMM], table["call_us"] / 1e3),
+                           "torch_": (launches[TORCH], table["torch_us"] / 1e3)}, work)  # fmt: skip
+    found = [
+        regime("settled", {"us": table["call_us"], "passed": table["passed"], "sm_clock_mhz": table["sm_clock_mhz"],
+                           "power_w": table["power_w"]}, {"us": table["torch_us"], "passed": table["torch_passed"]}),
+        regime("burst", {"us": table["device_us"]}, {"us": table["torch_device_us"]}),
+        regime("hot", {**hot[GEMM], "us": 1e3 * hot[GEMM]["ms"]}, {**hot[TORCH], "us": 1e3 * hot[TORCH]["ms"]}),
+        regime("graphs", {"us": graphs["graph_us"], "passed": graphs["graph_passed"],
+                          "sm_clock_mhz": graphs["graph_sm_clock_mhz"]},
+               {"us": graphs["torch_graph_us"], "passed": graphs["torch_graph_passed"]}),
+    ]  # fmt: skip
     row = {"dtype": dtype, "m": m, "n": n, "k": k, "candidates": found}
     print("\n".join(lines([row])), flush=True)
     return row

@@ -4,12 +4,11 @@ its lines."""
 from __future__ import annotations
 
 from lab import call_regime
-from tutorial.shape_suite import CALL_TIMING, SETTLE_S
+from tutorial.shape_suite import CALL_TIMING
 
 
-def test_settled_is_the_shape_tables_per_call_timing_and_hot_runs_a_second_first():
-    assert call_regime.PER_CALL["settled"] == {"settle_s": SETTLE_S, **CALL_TIMING}
-    hot = call_regime.PER_CALL["hot"]
+def test_hot_runs_a_second_first_in_batches_longer_than_the_shape_tables():
+    hot = call_regime.HOT
     assert hot["settle_s"] == 0.0 and hot["warmup_ms"] >= 1000.0 and hot["batch_ms"] > CALL_TIMING["batch_ms"]
 
 
@@ -17,7 +16,6 @@ def test_an_entry_is_torchs_time_over_ours_and_fails_where_either_check_did():
     entry = call_regime.regime("hot", {"us": 100.0, "passed": True, "sm_clock_mhz": 1500.0}, {"us": 90.0})
     assert entry["x_torch"] == 0.9 and entry["passed"] and entry["sm_clock_mhz"] == 1500.0
     assert not call_regime.regime("graphs", {"us": 1.0}, {"us": 1.0, "passed": False})["passed"]
-    assert call_regime.timed({"ms": 0.25})["us"] == 250.0
 
 
 def test_lines_show_each_state_with_its_ratio_and_clock():
