@@ -28,6 +28,14 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   memory, and the plan's grid becomes one CTA per tile, so that the hardware hands the next tile to whichever
   SM frees a slot first, while the CTA beside it keeps streaming through the new one's prologue. The entry's
   tiling at 64 rows, timed shipped (persistent, one CTA an SM) and patched, beside the table's entry and torch.
+- `l2_prefetch`, `l2_prefetch_2x`: does reading a CTA's first k-tiles from HBM into L2 before griddepcontrol.wait
+  pay where one call streams the weight after another? Launched with PDL, the next kernel's CTAs start on the SMs
+  the one before frees while its last loads are still landing; the shipped kernel then waits, and HBM idles from
+  the last byte of one call to the first of the next (about 2 of 1 x 4096 x 4096's 10 us are not streaming). The
+  variant's thread 0 first issues L2 prefetches of its first unit's first NUM_STAGES (2x: twice that) k-tiles, its
+  own parts of A and B, as its producer will load them. A prefetch is a hint, not a read: L2 is where every SM's
+  writes land, so the loads after the wait still see what the kernel before wrote. Timed with PDL beside the
+  shipped kernel with PDL and without, in CUDA graphs, batches alternated, as `early_trigger` is.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -212,6 +220,60 @@ TWO_CTAS_PATCHES = (
      "TmaDesc tma_b,\n"),
 )
 
+# An L2 prefetch of a tensor map's box: the TMA unit reads it from HBM into L2 and completes on nothing.
+L2_PREFETCH_HELPERS = """\
+// lab l2_prefetch: the box of the map at (c0, c1) from HBM into L2, completing on nothing. A hint, not a read: L2
+// is where every SM's writes land, so a line brought in early holds whatever the kernel before writes there later.
+__device__ __forceinline__ void tma_prefetch_l2_2d(const TmaDesc* map, int c0, int c1) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+                 :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1) : "memory");
+}
+
+// lab l2_prefetch: the boxes tma_load_operand loads at (k, row), prefetched into L2.
+template <bool MN_MAJOR, int ROWS>
+__device__ __forceinline__ void tma_prefetch_operand(const TmaDesc* map, int k, int row) {
+    if constexpr (!MN_MAJOR) {
+        tma_prefetch_l2_2d(map, k, row);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / MN_BOX_COLS; ++i) tma_prefetch_l2_2d(map, row + i * MN_BOX_COLS, k);
+    }
+}
+
+"""
+
+# Thread 0, before it initialises the barriers (and so before the cluster's sync and griddepcontrol.wait): the
+# first k-tiles of this CTA's first unit, its parts of A and B at the coordinates its producer loads them at.
+L2_PREFETCH_BLOCK = """\
+    if (threadIdx.x == 0) {
+        // lab l2_prefetch: this CTA's first LAB_PREFETCH_K_TILES k-tiles into L2 while the kernel before may run on.
+        const SegmentWalk first(sched, cluster_id, num_clusters, rank_k);
+        if (first.valid()) {
+            int cluster_m, cluster_n;
+            grouped_tile(first.seg.tile, cluster_rows, cluster_cols, cluster_m, cluster_n);
+            const int tile_m = cluster_m * CLUSTER_M + rank_m, tile_n = cluster_n * CLUSTER_N + rank_n;
+            const int k_end = min(first.seg.k_end, first.seg.k_begin + LAB_PREFETCH_K_TILES);
+            for (int k_tile = first.seg.k_begin; k_tile < k_end; ++k_tile) {
+                tma_prefetch_operand<A_MN_MAJOR, A_BOX_ROWS>(&tma_a, k_tile * BLOCK_K,
+                                                             tile_m * BLOCK_M + rank_n * A_BOX_ROWS);
+                tma_prefetch_operand<B_MN_MAJOR, B_BOX_ROWS>(&tma_b, k_tile * BLOCK_K,
+                                                             tile_n * BLOCK_N + rank_m * B_BOX_ROWS);
+            }
+        }
+        for (int s = 0; s < NUM_STAGES; ++s) {
+"""
+
+
+def l2_prefetch_patches(k_tiles: str) -> tuple[tuple[str, str], ...]:
+    """The l2_prefetch variant, prefetching `k_tiles` (a C++ expression) k-tiles of the first unit."""
+    return (
+        ("// atomicAdd with acquire-release semantics at GPU scope:",
+         f"#define LAB_PREFETCH_K_TILES ({k_tiles})\n" + L2_PREFETCH_HELPERS
+         + "// atomicAdd with acquire-release semantics at GPU scope:"),
+        ("    if (threadIdx.x == 0) {\n        for (int s = 0; s < NUM_STAGES; ++s) {\n", L2_PREFETCH_BLOCK),
+    )  # fmt: skip
+
+
 STAMP_HELPERS = f"""
 extern "C" __device__ unsigned long long lab_stamps[{MAX_CTAS} * {STAMP_SLOTS}];
 __device__ __forceinline__ void lab_stamp(int slot) {{
@@ -261,11 +323,12 @@ STAMP_PATCHES = (
 
 VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
             "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "early_trigger": EARLY_TRIGGER_PATCHES,
-            "early_prefetch": EARLY_PREFETCH_PATCHES, "two_ctas": TWO_CTAS_PATCHES}
+            "early_prefetch": EARLY_PREFETCH_PATCHES, "two_ctas": TWO_CTAS_PATCHES,
+            "l2_prefetch": l2_prefetch_patches("NUM_STAGES"), "l2_prefetch_2x": l2_prefetch_patches("2 * NUM_STAGES")}
 # Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes;
 # late_trigger: the record of the kernel that triggered at the start).
 COMPARED = ("hints", "two_parts", "read_wait", "early_prefetch", "swap_pointer", "swap_tma", "swap_tma_read_wait",
-            "early_trigger", "late_trigger", "two_ctas", "against")
+            "early_trigger", "late_trigger", "two_ctas", "l2_prefetch", "l2_prefetch_2x", "against")
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -369,14 +432,18 @@ def compare_row(
             "other_over_shipped": fields["graph_us"] / fields["other_graph_us"]}  # fmt: skip
 
 
-def early_trigger_row(work: Workload, cfg: GemmConfig) -> dict[str, Any]:
-    """`cfg` with PDL, its trigger at the producer's last load (shipped) and at the start (the variant), beside
-    `cfg` without PDL (`compare_row`, the graph without PDL as "no_pdl_")."""
+# Variants that only differ where PDL overlaps one call with the next: timed with it, beside the shipped kernel
+# with it and without. early_trigger: the trigger at the start, not at the producer's last load.
+PDL_VARIANTS = {"early_trigger": "early trigger", "l2_prefetch": "L2 prefetch", "l2_prefetch_2x": "L2 prefetch 2x"}
+
+
+def pdl_row(work: Workload, cfg: GemmConfig, variant: str) -> dict[str, Any]:
+    """`cfg` with PDL, shipped and as `variant` (`compare_row`), beside `cfg` without PDL (its graph "no_pdl_")."""
     fields = heuristic.config_fields(cfg)
     with_pdl = heuristic.config_from_fields({**fields, "PDL": 1})
     off, _ = launches_of(work, heuristic.config_from_fields({**fields, "PDL": 0}), LIBRARY_KERNEL)
-    row = compare_row(work, with_pdl, variant_kernel("early_trigger"), beside={"no_pdl_": off})
-    return {**row, "other": "early trigger", "config": heuristic.config_name(with_pdl)}
+    row = compare_row(work, with_pdl, variant_kernel(variant), beside={"no_pdl_": off})
+    return {**row, "other": PDL_VARIANTS[variant], "config": heuristic.config_name(with_pdl)}
 
 
 def two_ctas_row(work: Workload, entry: GemmConfig) -> dict[str, Any]:
@@ -436,8 +503,9 @@ def probe(
         fitted = stages_that_fit(work, cfg, LIBRARY_KERNEL)
         row["swap_pointer"] = {**compare_row(work, fitted, variant_kernel("swap_pointer")),
                                "config": heuristic.config_name(fitted)}  # fmt: skip
-    if "early_trigger" in variants:
-        row["early_trigger"] = early_trigger_row(work, cfg)
+    for variant in PDL_VARIANTS:
+        if variant in variants:
+            row[variant] = pdl_row(work, cfg, variant)
     if "two_ctas" in variants:
         row["two_ctas"] = two_ctas_row(work, cfg)
     if against is not None:
@@ -486,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps",
                         help="of hints, two_parts, read_wait, early_prefetch, swap_pointer, early_trigger, two_ctas, "
-                        "stamps (default: %(default)s)")
+                        "l2_prefetch, l2_prefetch_2x, stamps (default: %(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
     parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")

@@ -44,6 +44,10 @@
 #   scripts/h200_record.sh two-ctas  the library kernel patched for two CTAs an SM and a CTA per tile, beside the
 #                                   shipped one and the table's entry at three M <= 16 shapes (lab's
 #                                   kernel_probe_two_ctas.json; about three minutes, most of it compiling)
+#   scripts/h200_record.sh l2-prefetch  the library kernel patched to prefetch its first k-tiles into L2 before
+#                                   griddepcontrol.wait, timed with PDL beside the shipped kernel with PDL and
+#                                   without, at five M <= 16 shapes (lab's kernel_probe_l2_prefetch.json; about
+#                                   five minutes, most of it compiling)
 #   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
 #                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
 #                                   (lab's op_host.json), then the training run (train.json)
@@ -172,6 +176,10 @@ elif [ "$part" = sanitize-pingpong ]; then  # two warpgroups taking a CTA's tile
 elif [ "$part" = two-ctas ]; then  # two CTAs an SM, a CTA per tile, against the streaming tail at small M
   timeout 400 python3 -m lab.kernel_probe --variants two_ctas --shapes 1x28672x4096,16x28672x4096,16x24576x1536 \
     --name kernel_probe_two_ctas --record 2>&1 | tail -12
+elif [ "$part" = l2-prefetch ]; then  # the next call's first k-tiles into L2 while the one before still runs
+  timeout 480 python3 -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x \
+    --shapes 1x4096x4096,1x6144x4096,1x28672x4096,16x28672x4096,16x24576x1536 \
+    --name kernel_probe_l2_prefetch --record 2>&1 | tail -12
 elif [ "$part" = call-regime ]; then  # per call against the clock's state, at six shapes above M = 500
   timeout 300 python3 -m lab.call_regime --record 2>&1 | tail -40
 elif [ "$part" = callhost ]; then

@@ -27,6 +27,8 @@ def test_each_variant_patches_the_shipped_kernel(variant):
         "early_trigger": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();",
         "early_prefetch": "if (threadIdx.x == 0) {\n        prefetch_tensormap(&tma_a);",
         "two_ctas": "CONSUMER_REGS = 216;",
+        "l2_prefetch": "#define LAB_PREFETCH_K_TILES (NUM_STAGES)\n",
+        "l2_prefetch_2x": "#define LAB_PREFETCH_K_TILES (2 * NUM_STAGES)\n",
     }[variant]
     assert marker in source
 
@@ -75,6 +77,28 @@ def test_early_prefetch_fetches_the_maps_before_the_barriers_and_the_wait():
     early, shipped = first_of(kernel_probe.variant_kernel("early_prefetch")), first_of(LIBRARY_KERNEL)
     assert early("UTMACCTL.PF") < early("SYNCS.EXCH") < early("ACQBULK")
     assert shipped("ACQBULK") < shipped("UTMACCTL.PF")
+
+
+@pytest.mark.parametrize(("variant", "k_tiles"), [("l2_prefetch", 6), ("l2_prefetch_2x", 12)])
+def test_l2_prefetch_prefetches_the_first_k_tiles_of_both_operands_before_the_barriers_and_the_wait(variant, k_tiles):
+    """Thread 0's L2 prefetches (UTMAPF.L2.2D), one per operand and k-tile of the first unit (1 x 28672 x 4096's
+    256 x 8 tile, 6 stages, K compiled in: the loop unrolled), come before the barriers' init (SYNCS.EXCH) and
+    griddepcontrol.wait (ACQBULK); the shipped kernel has none."""
+    from tutorial.sass import disassemble
+
+    tile = {"BLOCK_M": 256, "BLOCK_N": 8, "NUM_STAGES": 6, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672,
+            "FIXED_K": 4096}  # fmt: skip
+    lines = disassemble(compile_file_report(kernel_probe.variant_kernel(variant), tile).cubin).splitlines()
+    prefetches = [i for i, line in enumerate(lines) if "UTMAPF.L2.2D" in line]
+    first = {name: next(i for i, line in enumerate(lines) if name in line) for name in ("SYNCS.EXCH", "ACQBULK")}
+    assert len(prefetches) == 2 * k_tiles
+    assert max(prefetches) < first["SYNCS.EXCH"] < first["ACQBULK"]
+    assert "UTMAPF" not in disassemble(compile_file_report(LIBRARY_KERNEL, tile).cubin)
+
+
+def test_l2_prefetch_is_timed_with_pdl_beside_the_shipped_kernel_with_and_without_it():
+    assert {"early_trigger", "l2_prefetch", "l2_prefetch_2x"} <= set(kernel_probe.PDL_VARIANTS)
+    assert {"l2_prefetch", "l2_prefetch_2x"} <= set(kernel_probe.COMPARED)
 
 
 TWO_CTAS_TILE = {"BLOCK_M": 64, "BLOCK_N": 8, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672, "FIXED_K": 4096}
