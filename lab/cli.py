@@ -58,8 +58,9 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_stamps_128 --record",
     "kernel_probe_two_ctas": "python -m lab.kernel_probe --variants two_ctas --shapes 1x28672x4096,16x28672x4096,"
     "16x24576x1536 --name kernel_probe_two_ctas --record",
-    "kernel_probe_l2_prefetch": "python -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x --shapes "
-    "1x4096x4096,1x6144x4096,1x28672x4096,16x28672x4096,16x24576x1536 --name kernel_probe_l2_prefetch --record",
+    "kernel_probe_l2_prefetch": "python -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x,l2_prefetch_early "
+    "--shapes 1x4096x4096,1x6144x4096,1x28672x4096,16x28672x4096,16x24576x1536 --name kernel_probe_l2_prefetch "
+    "--record",
     "tile_order": "python -m lab.tile_order --record",
     "cluster_k": "python -m lab.cluster_k --record",
     "pingpong": "python -m lab.pingpong --record",

@@ -36,6 +36,8 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   own parts of A and B, as its producer will load them. A prefetch is a hint, not a read: L2 is where every SM's
   writes land, so the loads after the wait still see what the kernel before wrote. Timed with PDL beside the
   shipped kernel with PDL and without, in CUDA graphs, batches alternated, as `early_trigger` is.
+  `l2_prefetch_early` also triggers at the start (as `early_trigger`), so that the next kernel's CTAs start, and
+  prefetch, as soon as every CTA of this one has started.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
   first TMA issue, at its first full stage, at the end of its first and its last tile's main loop, after
   its epilogue's stores are issued and when they have landed. One launch on an idle GPU, read back per CTA.
@@ -324,11 +326,13 @@ STAMP_PATCHES = (
 VARIANTS = {"hints": HINT_PATCHES, "two_parts": TWO_PARTS_PATCHES, "swap_pointer": SWAP_POINTER_PATCHES,
             "read_wait": READ_WAIT_PATCHES, "stamps": STAMP_PATCHES, "early_trigger": EARLY_TRIGGER_PATCHES,
             "early_prefetch": EARLY_PREFETCH_PATCHES, "two_ctas": TWO_CTAS_PATCHES,
-            "l2_prefetch": l2_prefetch_patches("NUM_STAGES"), "l2_prefetch_2x": l2_prefetch_patches("2 * NUM_STAGES")}
+            "l2_prefetch": l2_prefetch_patches("NUM_STAGES"), "l2_prefetch_2x": l2_prefetch_patches("2 * NUM_STAGES"),
+            "l2_prefetch_early": l2_prefetch_patches("NUM_STAGES") + EARLY_TRIGGER_PATCHES}
 # Rows timed beside the shipped kernel (swap_tma, swap_tma_read_wait: the records of the kernel before the boxes;
 # late_trigger: the record of the kernel that triggered at the start).
 COMPARED = ("hints", "two_parts", "read_wait", "early_prefetch", "swap_pointer", "swap_tma", "swap_tma_read_wait",
-            "early_trigger", "late_trigger", "two_ctas", "l2_prefetch", "l2_prefetch_2x", "against")
+            "early_trigger", "late_trigger", "two_ctas", "l2_prefetch", "l2_prefetch_2x", "l2_prefetch_early",
+            "against")
 
 
 def patched(source: str, patches: tuple[tuple[str, str], ...]) -> str:
@@ -434,7 +438,8 @@ def compare_row(
 
 # Variants that only differ where PDL overlaps one call with the next: timed with it, beside the shipped kernel
 # with it and without. early_trigger: the trigger at the start, not at the producer's last load.
-PDL_VARIANTS = {"early_trigger": "early trigger", "l2_prefetch": "L2 prefetch", "l2_prefetch_2x": "L2 prefetch 2x"}
+PDL_VARIANTS = {"early_trigger": "early trigger", "l2_prefetch": "L2 prefetch", "l2_prefetch_2x": "L2 prefetch 2x",
+                "l2_prefetch_early": "L2 prefetch, early trigger"}
 
 
 def pdl_row(work: Workload, cfg: GemmConfig, variant: str) -> dict[str, Any]:
@@ -554,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="config names, comma-separated, each run at every shape (default: the library's pick)")
     parser.add_argument("--variants", default="hints,stamps",
                         help="of hints, two_parts, read_wait, early_prefetch, swap_pointer, early_trigger, two_ctas, "
-                        "l2_prefetch, l2_prefetch_2x, stamps (default: %(default)s)")
+                        "l2_prefetch, l2_prefetch_2x, l2_prefetch_early, stamps (default: %(default)s)")
     parser.add_argument("--against", type=Path, default=None,
                         help="another gemm_sm90.cu (an earlier commit's) to time beside the shipped one")
     parser.add_argument("--name", default="kernel_probe", help="the record's name (default: %(default)s)")

@@ -177,7 +177,7 @@ elif [ "$part" = two-ctas ]; then  # two CTAs an SM, a CTA per tile, against the
   timeout 400 python3 -m lab.kernel_probe --variants two_ctas --shapes 1x28672x4096,16x28672x4096,16x24576x1536 \
     --name kernel_probe_two_ctas --record 2>&1 | tail -12
 elif [ "$part" = l2-prefetch ]; then  # the next call's first k-tiles into L2 while the one before still runs
-  timeout 480 python3 -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x \
+  timeout 480 python3 -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x,l2_prefetch_early \
     --shapes 1x4096x4096,1x6144x4096,1x28672x4096,16x28672x4096,16x24576x1536 \
     --name kernel_probe_l2_prefetch --record 2>&1 | tail -12
 elif [ "$part" = call-regime ]; then  # per call against the clock's state, at six shapes above M = 500

@@ -29,6 +29,7 @@ def test_each_variant_patches_the_shipped_kernel(variant):
         "two_ctas": "CONSUMER_REGS = 216;",
         "l2_prefetch": "#define LAB_PREFETCH_K_TILES (NUM_STAGES)\n",
         "l2_prefetch_2x": "#define LAB_PREFETCH_K_TILES (2 * NUM_STAGES)\n",
+        "l2_prefetch_early": "griddepcontrol_wait();\n    griddepcontrol_launch_dependents();",
     }[variant]
     assert marker in source
 
@@ -79,7 +80,7 @@ def test_early_prefetch_fetches_the_maps_before_the_barriers_and_the_wait():
     assert shipped("ACQBULK") < shipped("UTMACCTL.PF")
 
 
-@pytest.mark.parametrize(("variant", "k_tiles"), [("l2_prefetch", 6), ("l2_prefetch_2x", 12)])
+@pytest.mark.parametrize(("variant", "k_tiles"), [("l2_prefetch", 6), ("l2_prefetch_2x", 12), ("l2_prefetch_early", 6)])
 def test_l2_prefetch_prefetches_the_first_k_tiles_of_both_operands_before_the_barriers_and_the_wait(variant, k_tiles):
     """Thread 0's L2 prefetches (UTMAPF.L2.2D), one per operand and k-tile of the first unit (1 x 28672 x 4096's
     256 x 8 tile, 6 stages, K compiled in: the loop unrolled), come before the barriers' init (SYNCS.EXCH) and
@@ -97,8 +98,8 @@ def test_l2_prefetch_prefetches_the_first_k_tiles_of_both_operands_before_the_ba
 
 
 def test_l2_prefetch_is_timed_with_pdl_beside_the_shipped_kernel_with_and_without_it():
-    assert {"early_trigger", "l2_prefetch", "l2_prefetch_2x"} <= set(kernel_probe.PDL_VARIANTS)
-    assert {"l2_prefetch", "l2_prefetch_2x"} <= set(kernel_probe.COMPARED)
+    variants = {"early_trigger", "l2_prefetch", "l2_prefetch_2x", "l2_prefetch_early"}
+    assert variants <= set(kernel_probe.PDL_VARIANTS) and variants <= set(kernel_probe.COMPARED)
 
 
 TWO_CTAS_TILE = {"BLOCK_M": 64, "BLOCK_N": 8, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672, "FIXED_K": 4096}
