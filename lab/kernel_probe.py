@@ -35,7 +35,8 @@ deepgemm/kernels/gemm_sm90.cu (the shipped file is not touched; every patch must
   variant's thread 0 first issues L2 prefetches of its first unit's first NUM_STAGES (2x: twice that) k-tiles, its
   own parts of A and B, as its producer will load them. A prefetch is a hint, not a read: L2 is where every SM's
   writes land, so the loads after the wait still see what the kernel before wrote. Timed with PDL beside the
-  shipped kernel with PDL and without, in CUDA graphs, batches alternated, as `early_trigger` is.
+  shipped kernel with PDL and without, in CUDA graphs, batches alternated, as `early_trigger` is, and beside
+  itself without PDL (what the prefetch costs where nothing runs before it to overlap).
   `l2_prefetch_early` also triggers at the start (as `early_trigger`), so that the next kernel's CTAs start, and
   prefetch, as soon as every CTA of this one has started.
 - `stamps`: where does a one-round grid's time go? Every CTA stamps %globaltimer (ns) at its start, at its
@@ -443,11 +444,13 @@ PDL_VARIANTS = {"early_trigger": "early trigger", "l2_prefetch": "L2 prefetch", 
 
 
 def pdl_row(work: Workload, cfg: GemmConfig, variant: str) -> dict[str, Any]:
-    """`cfg` with PDL, shipped and as `variant` (`compare_row`), beside `cfg` without PDL (its graph "no_pdl_")."""
+    """`cfg` with PDL, shipped and as `variant` (`compare_row`), beside `cfg` without PDL, shipped (its graph
+    "no_pdl_") and as the variant ("other_no_pdl_": what the variant costs a launch it cannot overlap)."""
     fields = heuristic.config_fields(cfg)
-    with_pdl = heuristic.config_from_fields({**fields, "PDL": 1})
-    off, _ = launches_of(work, heuristic.config_from_fields({**fields, "PDL": 0}), LIBRARY_KERNEL)
-    row = compare_row(work, with_pdl, variant_kernel(variant), beside={"no_pdl_": off})
+    with_pdl, without = (heuristic.config_from_fields({**fields, "PDL": pdl}) for pdl in (1, 0))
+    off, _ = launches_of(work, without, LIBRARY_KERNEL)
+    other_off, _ = launches_of(work, without, variant_kernel(variant))
+    row = compare_row(work, with_pdl, variant_kernel(variant), beside={"no_pdl_": off, "other_no_pdl_": other_off})
     return {**row, "other": PDL_VARIANTS[variant], "config": heuristic.config_name(with_pdl)}
 
 
@@ -531,6 +534,8 @@ def lines(rows: list[dict]) -> list[str]:
                 h = row[key]
                 said = f" (as {h['config']})" if "config" in h else ""
                 off = f", no PDL {h['no_pdl_graph_us']:8.2f}" if "no_pdl_graph_us" in h else ""
+                if "other_no_pdl_graph_us" in h:
+                    off += f" ({h['other']} {h['other_no_pdl_graph_us']:8.2f})"
                 if "entry_graph_us" in h:
                     off = f", entry {h['entry']} {h['entry_graph_us']:8.2f}, {h['resident_ctas']} CTAs resident"
                 out.append(f"{head}{said} graph {h['graph_us']:8.2f} us, {h['other']} {h['other_graph_us']:8.2f} "

@@ -97,9 +97,15 @@ def test_l2_prefetch_prefetches_the_first_k_tiles_of_both_operands_before_the_ba
     assert "UTMAPF" not in disassemble(compile_file_report(LIBRARY_KERNEL, tile).cubin)
 
 
-def test_l2_prefetch_is_timed_with_pdl_beside_the_shipped_kernel_with_and_without_it():
+def test_l2_prefetch_is_timed_with_pdl_beside_the_shipped_kernel_and_itself_without_it():
     variants = {"early_trigger", "l2_prefetch", "l2_prefetch_2x", "l2_prefetch_early"}
     assert variants <= set(kernel_probe.PDL_VARIANTS) and variants <= set(kernel_probe.COMPARED)
+    timed = {"other": "L2 prefetch", "config": "swap m64 n8 c1 s1 st16 pdl jit", "graph_us": 10.1,
+             "other_graph_us": 9.0, "other_over_shipped": 10.1 / 9.0, "no_pdl_graph_us": 10.8,
+             "other_no_pdl_graph_us": 10.9, "torch_graph_us": 12.6, "identical": True}  # fmt: skip
+    row = {"dtype": "fp16", "m": 1, "n": 4096, "k": 4096, "config": "swap m64 n8 c1 s1 st16 jit", "l2_prefetch": timed}
+    (line,) = kernel_probe.lines([row])
+    assert "graph    10.10 us, L2 prefetch     9.00 (x 1.122), no PDL    10.80 (L2 prefetch    10.90)" in line
 
 
 TWO_CTAS_TILE = {"BLOCK_M": 64, "BLOCK_N": 8, "CLUSTER_M": 1, "SWAP_AB": 1, "FIXED_M": 28672, "FIXED_K": 4096}
