@@ -61,6 +61,8 @@ COMMANDS = {  # record -> the command that writes it, or the one that wrote it, 
     "kernel_probe_l2_prefetch": "python -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x,l2_prefetch_early "
     "--shapes 1x4096x4096,1x6144x4096,1x28672x4096,16x28672x4096,16x24576x1536 --name kernel_probe_l2_prefetch "
     "--record",
+    "kernel_probe_stamps_pdl": "python -m lab.kernel_probe --variants stamps --shapes 1x28672x4096 --config "
+    "'swap m256 n8 c1 s1 st6 jit,swap m256 n8 c1 s1 st6 pdl jit' --name kernel_probe_stamps_pdl --record",
     "tile_order": "python -m lab.tile_order --record",
     "cluster_k": "python -m lab.cluster_k --record",
     "pingpong": "python -m lab.pingpong --record",

@@ -47,7 +47,9 @@
 #   scripts/h200_record.sh l2-prefetch  the library kernel patched to prefetch its first k-tiles into L2 before
 #                                   griddepcontrol.wait, timed with PDL beside the shipped kernel with PDL and
 #                                   without, at five M <= 16 shapes (lab's kernel_probe_l2_prefetch.json; about
-#                                   five minutes, most of it compiling)
+#                                   five minutes, most of it compiling); then the table's tile at 1 x 28672 x
+#                                   4096 stamped without PDL and with it, the last of three launches in a row
+#                                   (kernel_probe_stamps_pdl.json: where PDL's 5 us there go)
 #   scripts/h200_record.sh torch    the torch operator: its C++ call path's GPU tests (gpu_fast.txt), its GPU
 #                                   tests (opcheck, gradients, compile, graphs; gpu_torch.txt), its host cost
 #                                   (lab's op_host.json), then the training run (train.json)
@@ -180,6 +182,9 @@ elif [ "$part" = l2-prefetch ]; then  # the next call's first k-tiles into L2 wh
   timeout 480 python3 -m lab.kernel_probe --variants l2_prefetch,l2_prefetch_2x,l2_prefetch_early \
     --shapes 1x4096x4096,1x6144x4096,1x28672x4096,16x28672x4096,16x24576x1536 \
     --name kernel_probe_l2_prefetch --record 2>&1 | tail -12
+  timeout 120 python3 -m lab.kernel_probe --variants stamps --shapes 1x28672x4096 \
+    --config 'swap m256 n8 c1 s1 st6 jit,swap m256 n8 c1 s1 st6 pdl jit' --name kernel_probe_stamps_pdl --record \
+    2>&1 | tail -8
 elif [ "$part" = call-regime ]; then  # per call against the clock's state, at six shapes above M = 500
   timeout 300 python3 -m lab.call_regime --record 2>&1 | tail -40
 elif [ "$part" = callhost ]; then
