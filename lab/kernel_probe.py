@@ -441,16 +441,21 @@ def compare_row(
 # with it and without. early_trigger: the trigger at the start, not at the producer's last load.
 PDL_VARIANTS = {"early_trigger": "early trigger", "l2_prefetch": "L2 prefetch", "l2_prefetch_2x": "L2 prefetch 2x",
                 "l2_prefetch_early": "L2 prefetch, early trigger"}
+# Those that change a launch without PDL too, timed so as well. A trigger does nothing without PDL: early_trigger
+# launches then as the shipped kernel does, l2_prefetch_early as l2_prefetch does.
+CHANGED_WITHOUT_PDL = ("l2_prefetch", "l2_prefetch_2x")
 
 
 def pdl_row(work: Workload, cfg: GemmConfig, variant: str) -> dict[str, Any]:
     """`cfg` with PDL, shipped and as `variant` (`compare_row`), beside `cfg` without PDL, shipped (its graph
-    "no_pdl_") and as the variant ("other_no_pdl_": what the variant costs a launch it cannot overlap)."""
+    "no_pdl_") and, for CHANGED_WITHOUT_PDL, as the variant ("other_no_pdl_": what it costs a launch it cannot
+    overlap)."""
     fields = heuristic.config_fields(cfg)
     with_pdl, without = (heuristic.config_from_fields({**fields, "PDL": pdl}) for pdl in (1, 0))
-    off, _ = launches_of(work, without, LIBRARY_KERNEL)
-    other_off, _ = launches_of(work, without, variant_kernel(variant))
-    row = compare_row(work, with_pdl, variant_kernel(variant), beside={"no_pdl_": off, "other_no_pdl_": other_off})
+    beside = {"no_pdl_": launches_of(work, without, LIBRARY_KERNEL)[0]}
+    if variant in CHANGED_WITHOUT_PDL:
+        beside["other_no_pdl_"] = launches_of(work, without, variant_kernel(variant))[0]
+    row = compare_row(work, with_pdl, variant_kernel(variant), beside=beside)
     return {**row, "other": PDL_VARIANTS[variant], "config": heuristic.config_name(with_pdl)}
 
 

@@ -100,6 +100,7 @@ def test_l2_prefetch_prefetches_the_first_k_tiles_of_both_operands_before_the_ba
 def test_l2_prefetch_is_timed_with_pdl_beside_the_shipped_kernel_and_itself_without_it():
     variants = {"early_trigger", "l2_prefetch", "l2_prefetch_2x", "l2_prefetch_early"}
     assert variants <= set(kernel_probe.PDL_VARIANTS) and variants <= set(kernel_probe.COMPARED)
+    assert set(kernel_probe.CHANGED_WITHOUT_PDL) == {"l2_prefetch", "l2_prefetch_2x"}  # a trigger needs PDL
     timed = {"other": "L2 prefetch", "config": "swap m64 n8 c1 s1 st16 pdl jit", "graph_us": 10.1,
              "other_graph_us": 9.0, "other_over_shipped": 10.1 / 9.0, "no_pdl_graph_us": 10.8,
              "other_no_pdl_graph_us": 10.9, "torch_graph_us": 12.6, "identical": True}  # fmt: skip
