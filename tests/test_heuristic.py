@@ -457,14 +457,16 @@ def test_the_table_is_package_data_found_by_the_gpus_name(tables_dir):
     assert heuristic.Path(heuristic.__file__).resolve().parent / "kernels" / "tables" == SHIPPED
 
 
-def test_the_shipped_table_is_the_records_best_of_every_shape():
-    """deepgemm/kernels/tables/h200/autotune.json is results/h200/autotune.json's best per shape (what
+@pytest.mark.parametrize("gpu", ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+def test_the_shipped_table_is_the_records_best_of_every_shape(gpu):
+    """deepgemm/kernels/tables/<gpu>/autotune.json is results/<gpu>/autotune.json's best per shape (what
     `tutorial.autotune.package_table` writes), so the library needs no repository to find it."""
-    shipped = json.loads(heuristic.table_path("NVIDIA H200", SHIPPED).read_text())
-    assert shipped == autotune.package_table(results.load("autotune"))
+    shipped = json.loads(heuristic.table_path(gpu, SHIPPED).read_text())
+    assert shipped == autotune.package_table(results.load("autotune", results.gpu_directory(gpu)))
+    assert shipped["provenance"]["gpu"] == gpu
     heuristic.table.cache_clear()
     try:
-        assert heuristic.table(heuristic.table_path("NVIDIA H200", SHIPPED)) == {
+        assert heuristic.table(heuristic.table_path(gpu, SHIPPED)) == {
             heuristic.problem_key(r): heuristic.stages_that_fit(config_from_fields(heuristic.tabled_fields(r)))
             for r in shipped["rows"]
         }
