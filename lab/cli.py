@@ -10,7 +10,18 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lab import RESULTS_DIR, call_regime, coalescer, gpc, kernel_probe, rounds, shape_sweep, sweeps, tile_order
+from lab import (
+    RESULTS_DIR,
+    call_regime,
+    coalescer,
+    gpc,
+    kernel_probe,
+    records_dir,
+    rounds,
+    shape_sweep,
+    sweeps,
+    tile_order,
+)
 from tutorial import results
 from tutorial.bench import bench_variants
 from tutorial.runner import add_problem_args, gpu_available, log, print_rows, problems, run_command, show_recorded
@@ -100,7 +111,7 @@ def show(name: str, summary: Callable[[list[dict]], list[str]] | None = None) ->
 
 
 def save(name: str, rows: list[dict], prov: dict) -> None:
-    print(f"recorded in {results.save(name, rows, prov, RESULTS_DIR)}")
+    print(f"recorded in {results.save(name, rows, prov, records_dir(prov))}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -151,12 +151,14 @@ def test_a_lab_record_names_the_command_as_a_reader_types_it(monkeypatch, tmp_pa
     import lab
 
     seen = []
-    monkeypatch.setattr(lab, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(results, "provenance", lambda command: seen.append(command) or {"command": command})
+    monkeypatch.setattr(lab, "RESULTS_ROOT", tmp_path)
+    prov = {"gpu": "NVIDIA H100 80GB HBM3"}  # each GPU's records in its own folder, as results/ keeps them
+    monkeypatch.setattr(results, "provenance", lambda command: seen.append(command) or {**prov, "command": command})
     path = lab.record("probe", "lab.probe", ["--size", "64"], [{"x": 1}], extra={"steps": []})
-    assert seen == [["python", "-m", "lab.probe", "--size", "64"]] and path == tmp_path / "probe.json"
-    saved = results.load("probe", tmp_path)
+    assert seen == [["python", "-m", "lab.probe", "--size", "64"]] and path == tmp_path / "h100-80gb-hbm3/probe.json"
+    saved = results.load("probe", tmp_path / "h100-80gb-hbm3")
     assert saved["rows"] == [{"x": 1}] and saved["steps"] == [] and saved["provenance"]["command"][2] == "lab.probe"
+    assert lab.records_dir({"gpu": "NVIDIA H200"}) == tmp_path / "h200"
 
 
 def test_the_sm80_probe_brackets_every_variant_with_v2_at_both_b_layouts(monkeypatch):
