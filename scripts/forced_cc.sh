@@ -30,8 +30,8 @@ unset DEEPGEMM_FORCE_SM80  # the capability alone picks the library's kernel
 python3 -c "from deepgemm.driver import capability_override; capability_override()" 2>&1 | tail -1 || exit 2
 parts=${PART:-bench tests nbval}
 suffix=""; [ "$parts" = "bench tests nbval" ] || suffix="_${parts// /_}"  # a part's log beside the whole run's
-log=results/h200/forced_cc_$cc$suffix.txt
-mkdir -p results/h200
+log=${REC_DIR:-results/h200}/forced_cc_$cc$suffix.txt
+mkdir -p "${REC_DIR:-results/h200}"
 
 {
   echo "# scripts/forced_cc.sh $cc ($parts) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \

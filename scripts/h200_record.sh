@@ -32,7 +32,7 @@
 #                                   heuristic's, merged into shapes.json; DTYPE=fp16, then DTYPE=bf16 (about 3
 #                                   minutes each), or DTYPE=both in one call (about 6); PART=table or block for
 #                                   one part; then the shape table's GPU tests. Between two calls, unpack the
-#                                   first call's results_h200.tgz here, so that the second merges into its record.
+#                                   first call's results_<gpu>.tgz here, so that the second merges into its record.
 #   scripts/h200_record.sh stability  v5 for a minute per dtype at 4096^3, then on four streams (stability.json)
 #   scripts/h200_record.sh soak     the library at every configuration its autotune table picks, both dtypes, on
 #                                   four streams from two threads, each result compared bit for bit with its
@@ -82,7 +82,8 @@
 #   scripts/h200_record.sh nbval    the notebooks live under nbval (nbval_live.txt; NBVAL=0 leaves it out), then
 #                                   with NOTEBOOKS=1 every notebook (or those NB names) executed into
 #                                   $OUT/notebooks.tgz; needs the wheels of `make wheels` carried in .whl
-# Everything lands in results/h200/ or lab/results/h200/ (and is copied to $OUT when set).
+# Everything lands in results/<gpu>/ or lab/results/<gpu>/, results/h200/ on the H200 (and is copied to $OUT
+# when set).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The device gets the work tree without .git: pass the commit, e.g. DEEPGEMM_COMMIT=$(git rev-parse HEAD)
@@ -99,7 +100,7 @@ test_header() {
 }
 
 gpu_tests() {
-  local paths=${TESTS:-tests lab/tests} file=results/h200/gpu_tests.txt
+  local paths=${TESTS:-tests lab/tests} file=$rec/gpu_tests.txt
   [ "${TESTS_APPEND:-0}" = 1 ] || : > $file
   test_header "$paths" >> $file
   # shellcheck disable=SC2086  # paths is a list
@@ -141,7 +142,13 @@ sanitized_specs() {
   grep -E '^# (stages|commit)|^## |^exit|SUMMARY' "$file"
 }
 
-out=${OUT:-/tmp/out}; mkdir -p "$out" results/h200
+# Each GPU's records in its own folder, as tutorial.results and the lab keep them: results/h200 on the H200
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+slug=$(python3 -c 'import sys; from deepgemm.heuristic import gpu_slug; print(gpu_slug(sys.argv[1]))' \
+  "${gpu_name:-NVIDIA H200}") || exit 1
+rec=results/$slug
+export REC_DIR=$rec  # scripts/forced_cc.sh writes its logs there too
+out=${OUT:-/tmp/out}; mkdir -p "$out" $rec
 if [ "$part" = bench ]; then  # the tests last: one of them checks that the kernels are the recorded ones
   python3 -m tutorial bench --suite progression --shapes 4096,8192 --dtype both --record 2>&1 | tail -42
   python3 -m tutorial bench --suite epilogue --shapes 4096,8192 --dtype both --record 2>&1 | tail -20
@@ -152,15 +159,15 @@ elif [ "$part" = smoke ]; then
     -p no:cacheprovider -k "one_plan or split_k_plans or undescribable or tma_cannot or v5_ or checks_its_config or swap_ab_fuses" 2>&1 | tail -25
   timeout 200 python3 -m tutorial bench --suite pairs --shapes 4096 --dtype fp16 --settle 0.5 2>&1 | tail -6
 elif [ "$part" = sanitize ]; then
-  STAGES=v3,v4,v5 timeout 250 bash scripts/sanitize.sh results/h200/sanitizer.txt
+  STAGES=v3,v4,v5 timeout 250 bash scripts/sanitize.sh $rec/sanitizer.txt
   # The library kernel: 64-row tiles at 1024 x 1024 (two rounds of tiles per CTA), split-K 4 over four rounds
   # of units, swap AB with split-K at an odd M, and the default 128 x 256 tiles in clusters of two
-  sanitized_specs results/h200/sanitizer_library.txt "1024x1024x256 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1" \
+  sanitized_specs $rec/sanitizer_library.txt "1024x1024x256 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1" \
     "256x2048x1024 BLOCK_M=64,BLOCK_N=64,CLUSTER_M=1,SPLIT_K=4" \
     "17x1000x1024 BLOCK_N=32,BLOCK_M=64,CLUSTER_M=1,SPLIT_K=3,SWAP_AB=1,NUM_STAGES=8" \
     "1024x2048x256 CLUSTER_M=2"
 elif [ "$part" = sanitize-streamk ]; then  # the schedules that cut tiles, at odd M and odd tile counts
-  sanitized_specs results/h200/sanitizer_library_streamk.txt \
+  sanitized_specs $rec/sanitizer_library_streamk.txt \
     "777x4096x520,33x1000x1000 SWAP_AB=1,BLOCK_N=200,BLOCK_M=128,CLUSTER_M=1,CLUSTER_N=4,STREAM_K=1,NUM_STAGES=5" \
     "1000x4096x4160,129x7000x520 BLOCK_M=128,BLOCK_N=176,CLUSTER_M=1,STREAM_K=1" \
     "2500x3000x200 BLOCK_M=64,BLOCK_N=128,CLUSTER_M=2,CLUSTER_N=2,STREAM_K=2" \
@@ -170,7 +177,7 @@ elif [ "$part" = sanitize-streamk ]; then  # the schedules that cut tiles, at od
     "17x2112x7168,9x5000x1000 BLOCK_M=64,BLOCK_N=24,CLUSTER_M=1,CLUSTER_K=2,SWAP_AB=1,NUM_STAGES=8" \
     "300x7000x4160 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=1,CLUSTER_K=4,NUM_STAGES=4"
 elif [ "$part" = sanitize-pingpong ]; then  # two warpgroups taking a CTA's tiles in turn, odd tile counts per CTA
-  sanitized_specs results/h200/sanitizer_library_pingpong.txt \
+  sanitized_specs $rec/sanitizer_library_pingpong.txt \
     "1000x3000x1000,129x7000x64 BLOCK_M=128,BLOCK_N=128,CLUSTER_M=2,PINGPONG=1" \
     "777x2112x1500,300x1000x520 BLOCK_M=128,BLOCK_N=144,CLUSTER_M=1,PINGPONG=1,NUM_STAGES=4" \
     "777x4100x264 BLOCK_M=64,BLOCK_N=48,CLUSTER_M=2,SWAP_AB=1,PINGPONG=1" \
@@ -217,15 +224,15 @@ elif [ "$part" = space ]; then
     --record 2>&1 | tail -80
 elif [ "$part" = torch ]; then  # the C++ call path built first (about a minute), outside every timing
   python3 -c "import torch; from deepgemm import fast; print('C++ call path:', fast.module())" 2>&1 | tail -3
-  tested_file results/h200/gpu_fast.txt 150 tests/test_gpu_fast.py
-  tested_file results/h200/gpu_torch.txt "${TEST_S:-200}" tests/test_gpu_torch.py
+  tested_file $rec/gpu_fast.txt 150 tests/test_gpu_fast.py
+  tested_file $rec/gpu_torch.txt "${TEST_S:-200}" tests/test_gpu_torch.py
   timeout 100 python3 -m lab.op_host --rounds 3 --record 2>&1 | tail -26
   timeout 240 python3 -m tutorial.train --record 2>&1 | tail -16
 elif [ "$part" = library-tests ]; then  # the library's GPU tests, SHARDS pytest processes at once (gpu_library.txt)
-  sharded_file results/h200/gpu_library.txt "${TEST_S:-500}" "${SHARDS:-6}" tests/test_gpu_library.py \
+  sharded_file $rec/gpu_library.txt "${TEST_S:-500}" "${SHARDS:-6}" tests/test_gpu_library.py \
     tests/test_gpu_call.py tests/test_gpu_shapes.py tests/test_gpu_fast.py tests/test_gpu_torch.py tests/test_soak.py
 elif [ "$part" = sm80 ]; then
-  DEEPGEMM_FORCE_SM80=1 sharded_file results/h200/gpu_sm80.txt "${TEST_S:-300}" "${SHARDS:-6}" tests/test_gpu_sm80.py
+  DEEPGEMM_FORCE_SM80=1 sharded_file $rec/gpu_sm80.txt "${TEST_S:-300}" "${SHARDS:-6}" tests/test_gpu_sm80.py
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -12
 elif [ "$part" = sm80-table ]; then
   { echo "# DEEPGEMM_FORCE_SM80=1 python -m tutorial bench --suite progression --stages v2,library_sm80 --shapes" \
@@ -233,8 +240,8 @@ elif [ "$part" = sm80-table ]; then
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
     DEEPGEMM_FORCE_SM80=1 timeout 120 python3 -m tutorial bench --suite progression --stages v2,library_sm80 \
       --shapes 4096 --dtype both 2>&1 | tail -12
-  } > results/h200/sm80_vs_v2.txt
-  cat results/h200/sm80_vs_v2.txt
+  } > $rec/sm80_vs_v2.txt
+  cat $rec/sm80_vs_v2.txt
   DEEPGEMM_FORCE_SM80=1 timeout 420 python3 -m tutorial bench --suite shapes --part table --dtype "${DTYPE:-fp16}" \
     --record > "$out/shapes_sm80.log" 2>&1
   tail -30 "$out/shapes_sm80.log"
@@ -243,11 +250,11 @@ elif [ "$part" = forced ]; then  # correctness only, so the runs share the GPU; 
   for cc in 8.0 8.9 12.0; do
     PART=${PARTS:-bench tests nbval} BENCH_S=90 TEST_S=${TEST_S:-270} NBVAL_S=${NBVAL_S:-200} bash scripts/forced_cc.sh "$cc" > "$out/forced_$cc.log" 2>&1 &
   done
-  DEEPGEMM_FORCE_SM80=1 sharded_file results/h200/gpu_sm80.txt 400 "${SHARDS:-4}" tests/test_gpu_sm80.py > /dev/null &
-  tested_file results/h200/gpu_torch.txt 500 tests/test_gpu_torch.py > /dev/null &
+  DEEPGEMM_FORCE_SM80=1 sharded_file $rec/gpu_sm80.txt 400 "${SHARDS:-4}" tests/test_gpu_sm80.py > /dev/null &
+  tested_file $rec/gpu_torch.txt 500 tests/test_gpu_torch.py > /dev/null &
   wait
-  for f in results/h200/forced_cc_*.txt; do echo "== $f"; grep -E '^## |passed|failed|error' "$f" | tail -12; done
-  tail -3 results/h200/gpu_sm80.txt results/h200/gpu_torch.txt
+  for f in $rec/forced_cc_*.txt; do echo "== $f"; grep -E '^## |passed|failed|error' "$f" | tail -12; done
+  tail -3 $rec/gpu_sm80.txt $rec/gpu_torch.txt
 elif [ "$part" = train-gemms ]; then
   timeout 200 python3 -m lab.train_gemms --record 2>&1 | tail -50
 elif [ "$part" = stability ]; then
@@ -260,8 +267,8 @@ elif [ "$part" = kernels ]; then
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
     timeout 240 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
       env PYTHONPATH="$PWD" python3 scripts/gemm_kernels.py 2>&1 | grep -v '^==PROF== Connected'
-  } > results/h200/gemm_kernels.txt
-  cat results/h200/gemm_kernels.txt
+  } > $rec/gemm_kernels.txt
+  cat $rec/gemm_kernels.txt
 elif [ "$part" = source ]; then
   timeout 500 python3 -m tutorial profile --source --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -90
 elif [ "$part" = timeline ]; then
@@ -273,8 +280,8 @@ elif [ "$part" = timeline-ablation ]; then
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
     timeout 100 python3 -m tutorial timeline --stages v4 --m 4096 --dtype fp16 --knobs BOX_K=8 2>&1
     timeout 100 python3 -m tutorial timeline --stages v5 --m 4096 --dtype fp16 --knobs WGMMA_IN_FLIGHT=0 2>&1
-  } > results/h200/timeline_ablation.txt
-  cat results/h200/timeline_ablation.txt
+  } > $rec/timeline_ablation.txt
+  cat $rec/timeline_ablation.txt
 elif [ "$part" = ablation ]; then
   timeout 560 python3 -m tutorial bench --suite ablation --dtype fp16 --record 2>&1 | tail -40
 elif [ "$part" = nbval ]; then
@@ -282,7 +289,7 @@ elif [ "$part" = nbval ]; then
       "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(date -u '+%Y-%m-%d %H:%M UTC')," \
       "commit $DEEPGEMM_COMMIT"
     timeout 480 make --no-print-directory nbval WHEELS=.whl NBVAL_ARGS="-q --durations=15" 2>&1 | tail -40
-  } > results/h200/nbval_live.txt && cat results/h200/nbval_live.txt
+  } > $rec/nbval_live.txt && cat $rec/nbval_live.txt
   if [ "${NOTEBOOKS:-0}" = 1 ]; then
     timeout 400 make --no-print-directory notebooks WHEELS=.whl NB="${NB:-}" 2>&1 | tail -5
     tar czf "$out/notebooks.tgz" -C out notebooks  # one file: the device tool returns only a few files a call
@@ -294,13 +301,13 @@ elif [ "$part" = call ]; then
   timeout 200 python3 -m pytest tests/test_gpu_call.py -q -rfE -p no:cacheprovider 2>&1 | tail -25
 elif [ "$part" = verify ]; then  # after harness-only changes: the tests, the sanitizer, a small sweep
   gpu_tests
-  STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh results/h200/sanitizer.txt
+  STAGES=v3,v4,v5 timeout 200 bash scripts/sanitize.sh $rec/sanitizer.txt
   python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
 else
   timeout 300 python3 -m tutorial profile --stages all --shapes 4096 --dtype fp16 --record 2>&1 | tail -8
-  STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh results/h200/sanitizer.txt
+  STAGES=v3,v4,v5 timeout 280 bash scripts/sanitize.sh $rec/sanitizer.txt
   python3 -m lab sweep v5_cluster --shapes 4096,8192 --dtype both --record 2>&1 | tail -16
   python3 -m lab sweep v5_group_m --shapes 4096,8192 --dtype fp16 --record 2>&1 | tail -10
 fi
-tar czf "$out/results_h200.tgz" results/h200 lab/results/h200  # one file back: everything this part wrote, and the rest
-tar tzf "$out/results_h200.tgz"
+tar czf "$out/results_$slug.tgz" $rec $(ls -d "lab/$rec" 2>/dev/null)  # one file back: everything this part wrote, and the rest
+tar tzf "$out/results_$slug.tgz"
