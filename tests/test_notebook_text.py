@@ -830,8 +830,8 @@ def test_notebook_07_pingpong_numbers_are_the_lab_record_and_the_table():
 
 def test_notebook_07_stays_about_2500_words():
     """Short for what it teaches: the shapes, then a paragraph and a diff per block of the library kernel, [5]
-    to [13]."""
-    assert 2200 <= words(notebook("07")) <= 2800
+    to [13], and the shape table on a second Hopper."""
+    assert 2200 <= words(notebook("07")) <= 2900
 
 
 def test_notebook_07_walks_the_library_diff_before_the_shape_table():
@@ -867,3 +867,27 @@ def test_a_source_profile_with_moved_lines_says_whose_lines_they_are():
                         for line in row["lines"])  # fmt: skip
             if moved:
                 assert f"`{commit}`" in source(nb["cells"][i - 1]), f"{path.name}: {found.group(1)}'s lines moved"
+
+
+def test_notebook_07_h100_numbers_are_the_record():
+    """Notebook 07's H100 paragraph quotes the H100's shape tables and its autotune record's regret."""
+    text = flat(markdown(notebook("07")))
+    h100 = results.gpu_directory("NVIDIA H100 80GB HBM3")
+
+    def whole(name: str, ratio: str) -> dict:
+        summary = tables.band_summary(results.load(name, h100)["rows"])
+        return next(line for line in summary if (line["ratio"], line["band"]) == (ratio, "all"))
+
+    def regret(directory) -> tuple[float, float]:
+        regrets, _ = heuristic.model_accuracy(results.load("autotune", directory)["rows"], 132)
+        return 100 * (sum(regrets) / len(regrets) - 1), 100 * (max(regrets) - 1)
+
+    bare, tabled = whole("shapes_untabled", "graph, table"), whole("shapes", "graph, table")
+    per_call = whole("shapes", "per call, table")
+    assert (f"the model's picks reach `torch.matmul` at {bare['at_least_1']} of the 102 rows in graphs, median "
+            f"{bare['median']:.3f}, worst {bare['worst']:.3f}") in text
+    assert (f"with the H100's own table {tabled['at_least_1']}, median {tabled['median']:.3f}, worst "
+            f"{tabled['worst']:.3f}, and per call {per_call['at_least_1']}.") in text
+    (mean, worst), (h200_mean, h200_worst) = regret(h100), regret(results.RESULTS_DIR)
+    assert (f"{mean:.1f}% from the fastest on average and {worst:.1f}% at worst (on the H200's own record "
+            f"{h200_mean:.1f}% and {h200_worst:.1f}%)") in text
