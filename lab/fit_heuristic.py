@@ -18,6 +18,7 @@ change to the model that lowers the regret in sample but raises it held out is o
 
     python -m lab.fit_heuristic            # fit on every FP16 row, report before and after
     python -m lab.fit_heuristic --cross    # the same in sample, and each half of the layers held out
+    python -m lab.fit_heuristic --gpu "NVIDIA H100 80GB HBM3"   # fitted to another GPU's record
 """
 
 from __future__ import annotations
@@ -124,9 +125,10 @@ def report(label: str, fit: list[dict], held: list[dict], values: dict[str, floa
         _, ratios = heuristic.model_accuracy(fit + held, SM_COUNT)
     ratios.sort()
     middle = f"{ratios[len(ratios) // 10]:.2f} to {ratios[9 * len(ratios) // 10]:.2f}"
+    held_out = f"bf16 {statistics.fmean(bf16):.4f} (worst {max(bf16):.3f})" if bf16 else "no bf16 rows"
     print(
-        f"{label}: mean regret fp16 {statistics.fmean(fp16):.4f} (worst {max(fp16):.3f}), bf16 "
-        f"{statistics.fmean(bf16):.4f} (worst {max(bf16):.3f}); estimates {middle} x measured for 80%"
+        f"{label}: mean regret fp16 {statistics.fmean(fp16):.4f} (worst {max(fp16):.3f}), {held_out}; "
+        f"estimates {middle} x measured for 80%"
     )
 
 
@@ -243,12 +245,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cross", action="store_true", help="also fit on each half of the layers, report the other")
     parser.add_argument("--hold", action="append", default=[], metavar="NAME=VALUE",
                         help="hold a constant of deepgemm.heuristic at VALUE instead of searching it")  # fmt: skip
+    parser.add_argument("--gpu", default="NVIDIA H200",
+                        help="fit to this GPU's autotune record, results/<gpu>/autotune.json (the lab's records, "
+                             "all of the H200, join only the H200's; default: %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
     for held in args.hold:
         name, value = held.split("=")
         HELD[name] = float(value)
-    tuned = results.load("autotune")["rows"]
-    rows = tuned + cluster_rows() + space_rows()
+    tuned = results.load("autotune", results.gpu_directory(args.gpu))["rows"]
+    rows = tuned + (cluster_rows() + space_rows() if results.gpu_directory(args.gpu) == results.RESULTS_DIR else [])
     fp16 = [r for r in rows if r["dtype"] == "fp16"]
     held = [r for r in rows if r["dtype"] == "bf16"]
     now = {name: getattr(heuristic, name) for name in [*GRID, "LAUNCH_US"]} | HELD

@@ -43,3 +43,13 @@ def test_the_regret_among_offered_tilings_that_the_heuristic_quotes_is_computed_
         mean, worst = 100 * (statistics.fmean(regrets) - 1), 100 * (max(regrets) - 1)
         assert f"{mean:.1f}" == found.group(1) and f"{worst:.1f}" == found.group(2), (timing, mean, worst)
     assert sum(r > 1.10 for r in fit_heuristic.offered_regrets(rows, "us")) == int(queued.group(3))
+
+
+def test_the_report_of_a_record_without_bf16_rows_says_so(capsys):
+    """Another GPU's record (the H100's holds FP16 alone) is reported without a BF16 hold-out."""
+    rows = results.load("autotune", results.gpu_directory("NVIDIA H100 80GB HBM3"))["rows"]
+    assert rows and {r["dtype"] for r in rows} == {"fp16"}
+    now = {name: getattr(fit_heuristic.heuristic, name) for name in [*fit_heuristic.GRID, "LAUNCH_US"]}
+    fit_heuristic.report("now", rows, [], now)
+    out = capsys.readouterr().out
+    assert out.startswith("now: mean regret fp16 1.03") and "no bf16 rows" in out
