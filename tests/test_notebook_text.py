@@ -869,25 +869,19 @@ def test_a_source_profile_with_moved_lines_says_whose_lines_they_are():
                 assert f"`{commit}`" in source(nb["cells"][i - 1]), f"{path.name}: {found.group(1)}'s lines moved"
 
 
-def test_notebook_07_h100_numbers_are_the_record():
-    """Notebook 07's H100 paragraph quotes the H100's shape tables and its autotune record's regret."""
+def test_notebook_07_h100_reading_holds_for_the_records():
+    """Notebook 07's reading of the H100's records, which its cell prints: what the paragraph says of them."""
     text = flat(markdown(notebook("07")))
     h100 = results.gpu_directory("NVIDIA H100 80GB HBM3")
-
-    def whole(name: str, ratio: str) -> dict:
-        summary = tables.band_summary(results.load(name, h100)["rows"])
-        return next(line for line in summary if (line["ratio"], line["band"]) == (ratio, "all"))
-
-    def regret(directory) -> tuple[float, float]:
-        regrets, _ = heuristic.model_accuracy(results.load("autotune", directory)["rows"], 132)
-        return 100 * (sum(regrets) / len(regrets) - 1), 100 * (max(regrets) - 1)
-
-    bare, tabled = whole("shapes_untabled", "graph, table"), whole("shapes", "graph, table")
-    per_call = whole("shapes", "per call, table")
-    assert (f"the model's picks reach `torch.matmul` at {bare['at_least_1']} of the 102 rows in graphs, median "
-            f"{bare['median']:.3f}, worst {bare['worst']:.3f}") in text
-    assert (f"with the H100's own table {tabled['at_least_1']}, median {tabled['median']:.3f}, worst "
-            f"{tabled['worst']:.3f}, and per call {per_call['at_least_1']}.") in text
-    (mean, worst), (h200_mean, h200_worst) = regret(h100), regret(results.RESULTS_DIR)
-    assert (f"{mean:.1f}% from the fastest on average and {worst:.1f}% at worst (on the H200's own record "
-            f"{h200_mean:.1f}% and {h200_worst:.1f}%)") in text
+    summary = {name: {line["ratio"]: line for line in tables.band_summary(results.load(name, h100)["rows"])
+                      if line["band"] == "all"} for name in ("shapes_untabled", "shapes")}  # fmt: skip
+    bare, tabled = summary["shapes_untabled"], summary["shapes"]
+    assert "the model's picks stay a little ahead of `torch.matmul` at the median in graphs, with a tail below" in text
+    assert 1 < bare["graph, table"]["median"] < 1.05 and bare["graph, table"]["worst"] < 0.95
+    assert "the H100's own table lifts that tail and wins more rows per call" in text
+    assert tabled["graph, table"]["worst"] > bare["graph, table"]["worst"]
+    assert tabled["per call, table"]["at_least_1"] > bare["per call, table"]["at_least_1"]
+    assert "The model's first choice sits further from the fastest than on the H200's" in text
+    h100_regret, h200_regret = (heuristic.model_accuracy(results.load("autotune", d)["rows"], 132)[0]
+                                for d in (h100, results.RESULTS_DIR))  # fmt: skip
+    assert statistics.fmean(h100_regret) > statistics.fmean(h200_regret)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tutorial import results, tables
+from tutorial import results
 from tutorial.runner import gpu_available
 from tutorial.stages import STAGES
 
@@ -291,20 +291,3 @@ def test_readme_figure_is_drawn_from_the_recorded_progression(progression):
     readme = (results.REPO / "README.md").read_text()
     assert "](results/h200/progression.png)" in readme
     assert _png_text(cli.README_FIGURE).get("Source") == figures.figure_source(progression["provenance"])
-
-
-def test_readme_h100_numbers_are_the_record():
-    """The README's H100 paragraph quotes the H100's shape tables: without a table and with its own."""
-    readme = " ".join((results.REPO / "README.md").read_text().split())
-    directory = results.gpu_directory("NVIDIA H100 80GB HBM3")
-
-    def said(name: str, ratio: str) -> tuple[str, str, str]:
-        summary = tables.band_summary(results.load(name, directory)["rows"])
-        line = next(x for x in summary if (x["ratio"], x["band"]) == (ratio, "all"))
-        return f"{line['at_least_1']}", f"median {line['median']:.3f}", f"worst {line['worst']:.3f}"
-
-    untabled = said("shapes_untabled", "graph, table")
-    tabled, per_call, alone = (said("shapes", r) for r in ("graph, table", "per call, table", "graph, heuristic"))
-    assert f"ran {untabled[0]} of 102 at or above `torch.matmul` in CUDA graphs, {untabled[1]}, {untabled[2]}" in readme
-    assert f"{tabled[0]} of 102 in graphs, {tabled[1]}, {tabled[2]}; per call {per_call[0]}, {per_call[1]}," in readme
-    assert f"{per_call[2]}; the heuristic alone in the same run {alone[0]} in graphs, {alone[1]}" in readme
