@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from fake_rows import FAKE_TFLOPS, fake_bench_rows, fake_profile_rows, fake_variant_rows
 
@@ -213,3 +215,18 @@ def test_m1_bandwidth_counts_the_bytes_moved_and_judges_only_large_weights():
     assert found[0]["torch_graph_gbs"] == pytest.approx(moved / 16e3)
     assert [f["aim"] for f in found] == ["yes", "no", "-"]  # 4.2 and 2.8 TB/s at 32 MB; a 16 MB weight is not judged
     assert found[0]["weight_mb"] == 32.0
+
+
+def test_pick_regret_compares_the_heuristics_pick_with_the_tables_in_the_same_run():
+    def row(dtype: str, m: int, table_us: float, heuristic_us: float | None) -> dict:
+        return {"dtype": dtype, "m": m, "n": 64, "k": 64, "graph_us": table_us, "heuristic_graph_us": heuristic_us}
+
+    rows = [row("fp16", 1, 10.0, 10.0), row("fp16", 2, 10.0, 12.0), row("fp16", 3, 10.0, 9.0),
+            row("fp16", 4, 10.0, None), row("bf16", 1, 20.0, 21.0)]  # fmt: skip
+    fp16, = (line for line in tables.pick_regret(rows) if line["dtype"] == "fp16")
+    assert fp16["rows"] == 3  # the row without the heuristic's time is left out
+    assert math.isclose(fp16["mean_pct"], 100 * ((1.0 + 1.2 + 0.9) / 3 - 1))
+    assert math.isclose(fp16["worst_pct"], 20.0) and fp16["worst_row"] == "fp16 2x64x64"
+    assert (fp16["over_10pct"], fp16["faster"]) == (1, 1)
+    bf16, = (line for line in tables.pick_regret(rows) if line["dtype"] == "bf16")
+    assert math.isclose(bf16["worst_pct"], 5.0) and bf16["over_10pct"] == 0

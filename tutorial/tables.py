@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from statistics import median
+from statistics import fmean, median
 from typing import Any
 
 from deepgemm import heuristic
@@ -493,6 +493,32 @@ def below_lines(summary: Iterable[Row]) -> list[str]:
     """A band summary's rows below 1.0x, a line per ratio and band that has any."""
     return [f"below 1.0x, {line['ratio']}, M {line['band']}: {', '.join(line['below'])}"
             for line in summary if line["below"] and line["band"] != "all"]  # fmt: skip
+
+
+def pick_regret(rows: Iterable[Row]) -> list[Row]:
+    """Per dtype, the heuristic's whole pick (tile, PDL, the shape compiled in) against the table's, autotune's
+    best, timed in the same run in CUDA graphs: its time over the table's, mean and worst, how many rows over
+    10%, and how many it ran faster (the noise between the two timings, or a tile autotune's own timing
+    missed). A row where both pick one config counts, at about 1.0; a row without both times is left out."""
+    rows, out = list(rows), []
+    for dtype in sorted({row["dtype"] for row in rows}):
+        timed = [row for row in rows if row["dtype"] == dtype and number(row.get("heuristic_graph_us"))
+                 and number(row.get("graph_us"))]  # fmt: skip
+        ratios = [(row["heuristic_graph_us"] / row["graph_us"], row_name(row)) for row in timed]
+        if not ratios:
+            continue
+        worst = max(ratios)
+        out.append({"dtype": dtype, "rows": len(ratios), "mean_pct": 100 * (fmean(r for r, _ in ratios) - 1),
+                    "worst_pct": 100 * (worst[0] - 1), "worst_row": worst[1],
+                    "over_10pct": sum(r > 1.10 for r, _ in ratios),
+                    "faster": sum(r < 1.0 for r, _ in ratios)})  # fmt: skip
+    return out
+
+
+PICK_REGRET_COLUMNS = (
+    ("dtype", "dtype", 0), ("rows", "rows", 0), ("mean_pct", "mean %", 2), ("worst_pct", "worst %", 1),
+    ("worst_row", "at", 0), ("over_10pct", "> 10%", 0), ("faster", "faster", 0),
+)  # fmt: skip
 
 
 # ---- notebook 07: the library kernel's tiles, its schedules, its sweep, and the shape table at M = 1 ----------
