@@ -531,7 +531,7 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     assert "That is just within the aim on average (3%) and well over it at worst (10%)" in text
     alone = tables.band_summary(results.load("shapes")["rows"])
     line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
-    assert f"alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
+    assert f"Alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
     probed = load_record("lab/", "kernel_probe_late_trigger")["rows"]
     early = {(r["m"], r["n"]): r["late_trigger"] for r in probed}  # the record's shipped kernel triggered early
     lost = [round(100 * (early[shape]["graph_us"] / early[shape]["other_graph_us"] - 1))
@@ -885,3 +885,16 @@ def test_notebook_07_h100_reading_holds_for_the_records():
     h100_regret, h200_regret = (heuristic.model_accuracy(results.load("autotune", d)["rows"], 132)[0]
                                 for d in (h100, results.RESULTS_DIR))  # fmt: skip
     assert statistics.fmean(h100_regret) > statistics.fmean(h200_regret)
+
+
+def test_notebook_07_the_heuristics_whole_pick_is_read_from_the_shape_table():
+    """The model's first choice against autotune's best as a caller meets it: both picks timed whole in the
+    shape table's own run (`tables.pick_regret`), the numbers the prose gives."""
+    text = flat(markdown(notebook("07")))
+    regret = {line["dtype"]: line for line in tables.pick_regret(results.load("shapes")["rows"])}
+    worst = max(line["worst_pct"] for line in regret.values())
+    assert (
+        f"whole, beside the table's pick in graphs, {regret['fp16']['mean_pct']:.2f}% and "
+        f"{regret['bf16']['mean_pct']:.2f}% (FP16, BF16), {worst:.1f}% at worst."
+    ) in text
+    assert all(line["over_10pct"] == 0 for line in regret.values())  # the prose names no shape over 10%
