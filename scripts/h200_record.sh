@@ -39,6 +39,10 @@
 #                                   first (stability.json; SOAK_S seconds, 620); longer than a device call:
 #                                   `scripts/background.sh start soak scripts/h200_record.sh soak`, then
 #                                   `scripts/background.sh wait soak 590` in the next call
+#   scripts/h200_record.sh library-records  autotune FP16 at the shape table's shapes (its table goes into the
+#                                   package), the shape table with it (both dtypes), then the soak, sanitize-streamk
+#                                   and library-tests at once: every record the shapes issue asks of one commit
+#                                   (about 28 minutes: through scripts/background.sh, started in the first call)
 #   scripts/h200_record.sh call-regime  ours and torch per call settled, as a burst, hot, and in graphs, at six shapes
 #                                   above M = 500 (lab's call_regime.json; about a minute)
 #   scripts/h200_record.sh two-ctas  the library kernel patched for two CTAs an SM and a CTA per tile, beside the
@@ -262,6 +266,17 @@ elif [ "$part" = stability ]; then
 elif [ "$part" = soak ]; then  # ten minutes and more: run it through scripts/background.sh
   timeout $((${SOAK_S:-620} + 300)) python3 -m tutorial soak --seconds "${SOAK_S:-620}" --streams 4 --threads 2 \
     --dtype both --record 2>&1 | tail -40
+elif [ "$part" = library-records ]; then  # the library's records from one commit, as one background job
+  DTYPE=fp16 AUTOTUNE_S=${AUTOTUNE_S:-660} bash "$0" autotune | tail -25
+  export DEEPGEMM_COMMIT=$DEEPGEMM_COMMIT+autotune-table-of-this-run  # the package's table is now this run's
+  DTYPE=both bash "$0" shapes | tail -40
+  # correctness only from here, so the three share the GPU
+  SOAK_S=${SOAK_S:-610} bash "$0" soak > "$out/soak.log" 2>&1 &
+  bash "$0" sanitize-streamk > "$out/sanitize_streamk.log" 2>&1 &
+  bash "$0" library-tests | tail -30
+  wait
+  grep -E '^## |SUMMARY' "$out/sanitize_streamk.log" | sort | uniq -c
+  grep -E 'soak:|merged' "$out/soak.log"
 elif [ "$part" = kernels ]; then
   { echo "# ncu on scripts/gemm_kernels.py: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
