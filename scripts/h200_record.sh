@@ -43,6 +43,8 @@
 #                                   package), the shape table with it (both dtypes), then the soak, sanitize-streamk
 #                                   and library-tests at once: every record the shapes issue asks of one commit
 #                                   (about 28 minutes: through scripts/background.sh, started in the first call)
+#   scripts/h200_record.sh gemv     a CUDA-core matrix-vector kernel at M = 1, 2 and 4 beside the library's pick and
+#                                   torch.matmul, in graphs (lab's gemv.json; about two minutes)
 #   scripts/h200_record.sh call-regime  ours and torch per call settled, as a burst, hot, and in graphs, at six shapes
 #                                   above M = 500 (lab's call_regime.json; about a minute)
 #   scripts/h200_record.sh two-ctas  the library kernel patched for two CTAs an SM and a CTA per tile, beside the
@@ -196,6 +198,8 @@ elif [ "$part" = l2-prefetch ]; then  # the next call's first k-tiles into L2 wh
   timeout 120 python3 -m lab.kernel_probe --variants stamps --shapes 1x28672x4096 \
     --config 'swap m256 n8 c1 s1 st6 jit,swap m256 n8 c1 s1 st6 pdl jit' --name kernel_probe_stamps_pdl --record \
     2>&1 | tail -8
+elif [ "$part" = gemv ]; then  # the M = 1 rows at 32 and 48 MB: the wgmma kernel's start, or HBM?
+  timeout 300 python3 -m lab.gemv --dtype "${DTYPE:-fp16}" --record 2>&1 | tail -30
 elif [ "$part" = call-regime ]; then  # per call against the clock's state, at six shapes above M = 500
   timeout 300 python3 -m lab.call_regime --record 2>&1 | tail -40
 elif [ "$part" = callhost ]; then
