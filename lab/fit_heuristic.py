@@ -252,8 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     for held in args.hold:
         name, value = held.split("=")
         HELD[name] = float(value)
-    tuned = results.load("autotune", results.gpu_directory(args.gpu))["rows"]
-    rows = tuned + (cluster_rows() + space_rows() if results.gpu_directory(args.gpu) == results.RESULTS_DIR else [])
+    directory = results.gpu_directory(args.gpu)
+    tuned = results.load("autotune", directory)["rows"]
+    rows = tuned + (cluster_rows() + space_rows() if directory == results.RESULTS_DIR else [])
     fp16 = [r for r in rows if r["dtype"] == "fp16"]
     held = [r for r in rows if r["dtype"] == "bf16"]
     now = {name: getattr(heuristic, name) for name in [*GRID, "LAUNCH_US"]} | HELD

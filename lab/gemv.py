@@ -66,8 +66,8 @@ def check_shape(m: int, n: int, k: int) -> None:
         raise ValueError(f"gemv takes M 1 to {MAX_TOKENS} and K a multiple of {CHUNK}, not {m}x{n}x{k}")
 
 
-def gemv_launches(work: Workload, stages: int) -> list[Callable[[], Any]]:
-    """A launch per input set, each on torch's current stream into its own output (M, N)."""
+def gemv_launches(work: Workload, stages: int) -> tuple[list[Callable[[], Any]], int]:
+    """A launch per input set, each on torch's current stream into its own output (M, N); and the grid."""
     check_shape(work.m, work.n, work.k)
     torch = require_torch()
     sets, _ = operand_sets(work, "torch", torch)
@@ -86,7 +86,7 @@ def gemv_launches(work: Workload, stages: int) -> list[Callable[[], Any]]:
             return out
 
         launches.append(launch)
-    return launches
+    return launches, grid
 
 
 def probe(shape: tuple[int, int, int], dtype: str, stages: list[int]) -> dict[str, Any]:
@@ -96,11 +96,12 @@ def probe(shape: tuple[int, int, int], dtype: str, stages: list[int]) -> dict[st
     calls = call_launches(work, "torch")
     graphs = {"": (calls[GEMM], device_us_per_call(calls[GEMM]) / 1e3),
               "torch_": (calls[TORCH], device_us_per_call(calls[TORCH]) / 1e3)}  # fmt: skip
-    for s in stages:
-        launches = gemv_launches(work, s)
+    grids = {}
+    for s in stages:  # the slots a lane take shared memory: the resident grid may differ
+        launches, grids[f"gemv{s}_grid"] = gemv_launches(work, s)
         graphs[f"gemv{s}_"] = (launches, device_us_per_call(launches) / 1e3)
-    row = {"dtype": dtype, "m": m, "n": n, "k": k, "weight_mb": n * k * 2 / 1e6, "stages": stages,
-           "grid": resident_grid(kernel(m, stages[0], dtype), n), **graph_fields(graphs, work)}  # fmt: skip
+    row = {"dtype": dtype, "m": m, "n": n, "k": k, "weight_mb": n * k * 2 / 1e6, "stages": stages, **grids,
+           **graph_fields(graphs, work)}  # fmt: skip
     print("\n".join(lines([row])), flush=True)
     return row
 
@@ -108,11 +109,11 @@ def probe(shape: tuple[int, int, int], dtype: str, stages: list[int]) -> dict[st
 def lines(rows: list[dict]) -> list[str]:
     out = []
     for row in rows:
-        moved = row["weight_mb"]  # MB per us is TB/s
         timed = [("library", "")] + [(f"gemv st{s}", f"gemv{s}_") for s in row["stages"]] + [("torch", "torch_")]
-        parts = [f"{label} {row[p + 'graph_us']:.2f} us {moved / row[p + 'graph_us']:.2f} TB/s"
+        parts = [f"{label} {row[p + 'graph_us']:.2f} us {row['weight_mb'] / row[p + 'graph_us']:.2f} TB/s"  # MB/us
                  + ("" if row[p + "graph_passed"] else " FAILED") for label, p in timed]  # fmt: skip
-        out.append(f"{row['dtype']} {row['m']}x{row['n']}x{row['k']} ({row['weight_mb']:.0f} MB, {row['grid']} CTAs): "
+        grids = ", ".join(f"{row[f'gemv{s}_grid']} CTAs at st{s}" for s in row["stages"])
+        out.append(f"{row['dtype']} {row['m']}x{row['n']}x{row['k']} ({row['weight_mb']:.0f} MB; {grids}): "
                    + ", ".join(parts))  # fmt: skip
     return out
 
