@@ -42,7 +42,8 @@
 #   scripts/h200_record.sh library-records  autotune FP16 at the shape table's shapes (its table goes into the
 #                                   package), the shape table with it (both dtypes), then the soak, sanitize-streamk
 #                                   and library-tests at once: every record the shapes issue asks of one commit
-#                                   (about 28 minutes: through scripts/background.sh, started in the first call)
+#                                   (about 28 minutes: through scripts/background.sh, started in the first call;
+#                                   SOAK_S=0 leaves the soak out, about 16 minutes)
 #   scripts/h200_record.sh gemv     a CUDA-core matrix-vector kernel at M = 1, 2 and 4 beside the library's pick and
 #                                   torch.matmul, in graphs (lab's gemv.json; about two minutes)
 #   scripts/h200_record.sh call-regime  ours and torch per call settled, as a burst, hot, and in graphs, at six shapes
@@ -275,12 +276,12 @@ elif [ "$part" = library-records ]; then  # the library's records from one commi
   export DEEPGEMM_COMMIT=$DEEPGEMM_COMMIT+autotune-table-of-this-run  # the package's table is now this run's
   DTYPE=both bash "$0" shapes | tail -40
   # correctness only from here, so the three share the GPU
-  SOAK_S=${SOAK_S:-610} bash "$0" soak > "$out/soak.log" 2>&1 &
+  [ "${SOAK_S:-610}" != 0 ] && { SOAK_S=${SOAK_S:-610} bash "$0" soak > "$out/soak.log" 2>&1 & }
   bash "$0" sanitize-streamk > "$out/sanitize_streamk.log" 2>&1 &
   bash "$0" library-tests | tail -30
   wait
   grep -E '^## |SUMMARY' "$out/sanitize_streamk.log" | sort | uniq -c
-  grep -E 'soak:|merged' "$out/soak.log"
+  [ "${SOAK_S:-610}" != 0 ] && grep -E 'soak:|merged' "$out/soak.log"
 elif [ "$part" = kernels ]; then
   { echo "# ncu on scripts/gemm_kernels.py: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)," \
       "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $DEEPGEMM_COMMIT"
