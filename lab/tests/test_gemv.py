@@ -28,3 +28,30 @@ def test_the_probe_refuses_more_tokens_or_a_k_it_cannot_load_in_16_byte_pieces(s
     with pytest.raises(ValueError, match="gemv takes M 1 to 8 and K a multiple of 8"):
         gemv.check_shape(*shape)
     gemv.check_shape(4, 64, 64)  # and takes what it can
+
+
+def test_without_a_gpu_the_probe_prints_its_record_and_the_gpu_it_ran_on(monkeypatch, capsys):
+    import json
+
+    monkeypatch.setattr(gemv, "gpu_available", lambda: False)
+    assert gemv.main([]) == 0
+    record = json.loads((gemv.recorded_dir() / "gemv.json").read_text())
+    out = capsys.readouterr().out
+    assert record["provenance"]["gpu"] in out and "\n".join(gemv.lines(record["rows"])) in out
+
+
+def test_the_lab_readme_quotes_the_records_ratio_to_the_library_by_token_count():
+    import json
+    import statistics
+    from pathlib import Path
+
+    rows = json.loads((gemv.recorded_dir() / "gemv.json").read_text())["rows"]
+    assert all(row[f"{p}graph_passed"] for row in rows for p in ("", "torch_", "gemv4_", "gemv8_"))
+
+    def median_ratio(m: int) -> float:  # the better of the kernel's depths, over the library's pick
+        return statistics.median(min(r["gemv4_graph_us"], r["gemv8_graph_us"]) / r["graph_us"]
+                                 for r in rows if r["m"] == m)  # fmt: skip
+
+    readme = (Path(gemv.__file__).parent / "README.md").read_text()
+    assert (f"it is {median_ratio(1):.2f}x the library's time at M = 1 (median), {median_ratio(4):.1f}x at M = 4"
+            in readme)  # fmt: skip
