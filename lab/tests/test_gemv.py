@@ -2,10 +2,14 @@
 runs, and its weight streams through cp.async past L1 with the 256-byte L2 hint; the launcher refuses what the
 kernel cannot take, by name."""
 
+import statistics
+from pathlib import Path
+
 import pytest
 
 from deepgemm.jit import compile_file_report
 from lab import gemv
+from tutorial import results
 
 
 @pytest.mark.parametrize("dtype", sorted(gemv.DTYPES))
@@ -31,21 +35,15 @@ def test_the_probe_refuses_more_tokens_or_a_k_it_cannot_load_in_16_byte_pieces(s
 
 
 def test_without_a_gpu_the_probe_prints_its_record_and_the_gpu_it_ran_on(monkeypatch, capsys):
-    import json
-
     monkeypatch.setattr(gemv, "gpu_available", lambda: False)
     assert gemv.main([]) == 0
-    record = json.loads((gemv.recorded_dir() / "gemv.json").read_text())
+    record = results.load("gemv", gemv.recorded_dir())
     out = capsys.readouterr().out
     assert record["provenance"]["gpu"] in out and "\n".join(gemv.lines(record["rows"])) in out
 
 
 def test_the_lab_readme_quotes_the_records_ratio_to_the_library_by_token_count():
-    import json
-    import statistics
-    from pathlib import Path
-
-    rows = json.loads((gemv.recorded_dir() / "gemv.json").read_text())["rows"]
+    rows = results.load("gemv", gemv.recorded_dir())["rows"]
     assert all(row[f"{p}graph_passed"] for row in rows for p in ("", "torch_", "gemv4_", "gemv8_"))
 
     def median_ratio(m: int) -> float:  # the better of the kernel's depths, over the library's pick
