@@ -2,7 +2,6 @@
 runs, and its weight streams through cp.async past L1 with the 256-byte L2 hint; the launcher refuses what the
 kernel cannot take, by name."""
 
-import statistics
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,9 @@ def test_without_a_gpu_the_probe_prints_its_record_and_the_gpu_it_ran_on(monkeyp
     assert record["provenance"]["gpu"] in out and "\n".join(gemv.lines(record["rows"])) in out
 
 
-def test_the_lab_readme_quotes_the_records_ratio_to_the_library_by_token_count():
+def test_the_lab_readme_reading_holds_for_the_record():
     rows = results.load("gemv", gemv.recorded_dir())["rows"]
     assert all(row[f"{p}graph_passed"] for row in rows for p in ("", "torch_", "gemv4_", "gemv8_"))
-
-    def median_ratio(m: int) -> float:  # the better of the kernel's depths, over the library's pick
-        return statistics.median(min(r["gemv4_graph_us"], r["gemv8_graph_us"]) / r["graph_us"]
-                                 for r in rows if r["m"] == m)  # fmt: skip
-
     readme = (Path(gemv.__file__).parent / "README.md").read_text()
-    assert (f"it is {median_ratio(1):.2f}x the library's time at M = 1 (median), {median_ratio(4):.1f}x at M = 4"
-            in readme)  # fmt: skip
+    assert "it is slower than the library's pick at every row" in readme
+    assert all(min(row["gemv4_graph_us"], row["gemv8_graph_us"]) > row["graph_us"] for row in rows)
