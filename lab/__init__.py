@@ -14,6 +14,13 @@ RESULTS_ROOT = Path(__file__).resolve().parent / "results"  # a folder per GPU, 
 RESULTS_DIR = RESULTS_ROOT / "h200"  # the reference records, what a command prints without a GPU
 
 
+def recorded_dir(name: str) -> Path:
+    """Where `name`'s record is read without a GPU: the H200's folder where it has one, else the first other
+    GPU's that does (a probe run on an H100 only)."""
+    found = (d for d in (RESULTS_DIR, *sorted(RESULTS_ROOT.iterdir())) if (d / f"{name}.json").exists())
+    return next(found, RESULTS_DIR)
+
+
 def records_dir(prov: dict) -> Path:
     """Where a record of this provenance goes: the folder of the GPU it ran on (lab/results/h200 on the H200)."""
     from tutorial import results  # the lab imports the tutorial, never the other way round

@@ -28,7 +28,7 @@ from typing import Any
 import cupy
 
 from deepgemm.jit import BASE_OPTIONS, device_arch
-from lab import RESULTS_DIR, RESULTS_ROOT, record
+from lab import record, recorded_dir
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload
 from tutorial.call_suite import GEMM, TORCH, call_launches, operand_sets
@@ -118,12 +118,6 @@ def lines(rows: list[dict]) -> list[str]:
     return out
 
 
-def recorded_dir() -> Path:
-    """The H200's record where there is one, else the first GPU's that has one (the H100 SXM's for now)."""
-    return next((d for d in (RESULTS_DIR, *sorted(RESULTS_ROOT.iterdir())) if (d / "gemv.json").exists()),
-                RESULTS_DIR)  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.gemv", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,... (default: M 1, 2, 4 at the layers)")
@@ -132,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="write lab/results/<gpu>/gemv.json")
     args = parser.parse_args(argv)
     if not gpu_available():
-        show_recorded("gemv", lines, directory=recorded_dir(), command="python -m lab.gemv --record")
+        show_recorded("gemv", lines, directory=recorded_dir("gemv"), command="python -m lab.gemv --record")
         return 0
     stages = [int(s) for s in args.stages.split(",")]
     rows = [probe(parse_shape(s), args.dtype, stages) for s in args.shapes.split(",")]

@@ -71,7 +71,7 @@ from deepgemm.driver import max_active_clusters
 from deepgemm.frameworks import Torch
 from deepgemm.jit import LIBRARY_KERNEL, module_of
 from deepgemm.model import cluster_tiles
-from lab import RESULTS_DIR, record
+from lab import record, recorded_dir
 from tutorial.autotune import TUNED_LAYOUT
 from tutorial.bench import Workload
 from tutorial.call_suite import TORCH, call_launches, operand_sets
@@ -576,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="write lab/results/<gpu>/<name>.json")
     args = parser.parse_args(argv)
     if not gpu_available():
-        show_recorded(args.name, lines, directory=RESULTS_DIR, command="python -m lab.kernel_probe --record")
+        command = "python -m lab.kernel_probe --record"
+        show_recorded(args.name, lines, directory=recorded_dir(args.name), command=command)
         return 0
     variants = [v for v in args.variants.split(",") if v]
     configs = args.config.split(",") if args.config else [None]

@@ -14,7 +14,7 @@ import cupy
 
 from deepgemm import heuristic
 from deepgemm.config import GemmConfig
-from lab import RESULTS_DIR, record
+from lab import record, recorded_dir
 from tutorial import precompile
 from tutorial.autotune import TUNED_LAYOUT, incumbent_of, time_config, time_in_graphs
 from tutorial.bench import Workload
@@ -43,7 +43,7 @@ def run(
     name = args.name
     if not gpu_available():
         named = "" if name == module.rsplit(".", 1)[-1] else f" --name {name}"
-        show_recorded(name, summary, directory=RESULTS_DIR, command=f"python -m {module}{named} --record")
+        show_recorded(name, summary, directory=recorded_dir(name), command=f"python -m {module}{named} --record")
         return 0
     shapes, device = [parse_shape(s) for s in args.shapes.split(",")], cupy.cuda.Device().id
     every = [c for shape in shapes for c in configs_at(shape, device)]

@@ -1,9 +1,10 @@
-"""lab.call_regime without a GPU: the four states of the clock it compares, the ratio each entry carries, and
-its lines."""
+"""lab.call_regime without a GPU: the four states of the clock it compares, the ratio each entry carries, its
+lines, and its record (made on an H100 only) printed."""
 
 from __future__ import annotations
 
-from lab import call_regime
+from lab import RESULTS_DIR, RESULTS_ROOT, call_regime, recorded_dir, shape_sweep
+from tutorial import results
 from tutorial.shape_suite import CALL_TIMING
 
 
@@ -28,3 +29,20 @@ def test_lines_show_each_state_with_its_ratio_and_clock():
         "  settled  ours    25.00 us  torch    24.00 us  x 0.960    1965 MHz",
         "  burst    ours    24.00 us  torch    22.00 us  x 0.917              FAILED",
     ]
+
+
+def test_without_a_gpu_its_record_from_the_only_gpu_that_ran_it_prints(capsys, monkeypatch):
+    """The sweeps read the H200's folder where it holds the record, else another GPU's (this one: H100 only)."""
+    monkeypatch.setattr(shape_sweep, "gpu_available", lambda: False)  # on a GPU too: the record, not a sweep
+    assert call_regime.main([]) == 0
+    record = results.load("call_regime", recorded_dir("call_regime"))
+    shown = capsys.readouterr().out
+    assert record["provenance"]["gpu"] in shown and "\n".join(call_regime.lines(record["rows"])) in shown
+
+
+def test_the_record_is_read_from_the_h200s_folder_first():
+    names = {p.stem for folder in RESULTS_ROOT.iterdir() if folder.is_dir() for p in folder.glob("*.json")}
+    for name in names:
+        folder = recorded_dir(name)
+        assert (folder / f"{name}.json").exists()
+        assert folder == RESULTS_DIR or not (RESULTS_DIR / f"{name}.json").exists()

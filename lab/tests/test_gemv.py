@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deepgemm.jit import compile_file_report
-from lab import gemv
+from lab import gemv, recorded_dir
 from tutorial import results
 
 
@@ -36,13 +36,13 @@ def test_the_probe_refuses_more_tokens_or_a_k_it_cannot_load_in_16_byte_pieces(s
 def test_without_a_gpu_the_probe_prints_its_record_and_the_gpu_it_ran_on(monkeypatch, capsys):
     monkeypatch.setattr(gemv, "gpu_available", lambda: False)
     assert gemv.main([]) == 0
-    record = results.load("gemv", gemv.recorded_dir())
+    record = results.load("gemv", recorded_dir("gemv"))
     out = capsys.readouterr().out
     assert record["provenance"]["gpu"] in out and "\n".join(gemv.lines(record["rows"])) in out
 
 
 def test_the_lab_readme_reading_holds_for_the_record():
-    rows = results.load("gemv", gemv.recorded_dir())["rows"]
+    rows = results.load("gemv", recorded_dir("gemv"))["rows"]
     assert all(row[f"{p}graph_passed"] for row in rows for p in ("", "torch_", "gemv4_", "gemv8_"))
     readme = (Path(gemv.__file__).parent / "README.md").read_text()
     assert "it is slower than the library's pick at every row" in readme
