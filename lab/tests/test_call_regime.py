@@ -3,7 +3,7 @@ lines, and its record (made on an H100 only) printed."""
 
 from __future__ import annotations
 
-from lab import RESULTS_DIR, RESULTS_ROOT, call_regime, recorded_dir, shape_sweep
+from lab import call_regime, recorded_dir, shape_sweep
 from tutorial import results
 from tutorial.shape_suite import CALL_TIMING
 
@@ -39,10 +39,3 @@ def test_without_a_gpu_its_record_from_the_only_gpu_that_ran_it_prints(capsys, m
     shown = capsys.readouterr().out
     assert record["provenance"]["gpu"] in shown and "\n".join(call_regime.lines(record["rows"])) in shown
 
-
-def test_the_record_is_read_from_the_h200s_folder_first():
-    names = {p.stem for folder in RESULTS_ROOT.iterdir() if folder.is_dir() for p in folder.glob("*.json")}
-    for name in names:
-        folder = recorded_dir(name)
-        assert (folder / f"{name}.json").exists()
-        assert folder == RESULTS_DIR or not (RESULTS_DIR / f"{name}.json").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import RESULTS_DIR, cli, sweeps
+from lab import RESULTS_DIR, RESULTS_ROOT, cli, recorded_dir, sweeps
 from tutorial import results
 
 
@@ -159,6 +159,14 @@ def test_a_lab_record_names_the_command_as_a_reader_types_it(monkeypatch, tmp_pa
     saved = results.load("probe", tmp_path / "h100-80gb-hbm3")
     assert saved["rows"] == [{"x": 1}] and saved["steps"] == [] and saved["provenance"]["command"][2] == "lab.probe"
     assert lab.records_dir({"gpu": "NVIDIA H200"}) == tmp_path / "h200"
+
+
+def test_the_record_is_read_from_the_h200s_folder_first():
+    names = {p.stem for folder in RESULTS_ROOT.iterdir() if folder.is_dir() for p in folder.glob("*.json")}
+    for name in names:
+        folder = recorded_dir(name)
+        assert (folder / f"{name}.json").exists()
+        assert folder == RESULTS_DIR or not (RESULTS_DIR / f"{name}.json").exists()
 
 
 def test_the_sm80_probe_brackets_every_variant_with_v2_at_both_b_layouts(monkeypatch):
