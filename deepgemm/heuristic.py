@@ -102,26 +102,10 @@ estimate the measured time).
 They are fitted to this kernel's autotune record (FP16, the 102 problems of the shape table, each timing the
 model's 8 cheapest candidates, the cheapest of each family and the kernel's default) and the lab's sweep of
 the space, with the per-SM HBM bound held at what the record's M = 1 rows stream (SM_HBM_GBS; fitted free, it
-goes to no bound at all). Against the record autotune made since (the same 102 problems, over the space with
-256-row tiles, 41 of them timed again with splits in the cluster and 42 with ping-pong;
-results/h200/autotune.json) the model's first choice among the timed candidates is on average 2.9% slower than
-the fastest (at worst 21.5%; 7 of the 102 over 10%); its estimates are within 0.83 to 1.13 times the measured
-time for 80% of the candidates (`model_accuracy`; `tests/test_heuristic.py` checks these numbers against the
-record). The worst is a split in the cluster 256 wide (256 x 4096 x 7168), which the record timed because the
-space offered it then and which it no longer offers: among what it offers, the model's pick is 2.5% from the
-fastest on average, 17.9% at worst, 5 over 10% (in CUDA graphs, where the record timed them and the table
-ranks them, 1.7% on average and 11.3% at worst). Fitted on half the layers (N x K) and scored on the other
-half, the power bound comes out at 720 and 700 TFLOP/s, the held-out regret 2.8% (`python -m lab.fit_heuristic
---cross`, the other constants held); refitting every constant lowers the queued regret to 1.7% and raises the
-one in CUDA graphs to 3.3%, 32% at worst. The aim is 3% on average and 10% at worst. The misses left
-(notes/heuristic_regret.md): at 384 and 512 x 4096 x 4096, 18% and 16% behind a swapped tile the model prices
-level with the plain one it picks or up to 12% dearer (swapped tiles store C through TMA since the model was
-fitted, and it prices no epilogue apart); at 1536 x 4096 x 4096, 16% behind its own swapped tile in a cluster
-along the other side, which it prices level; at 256 x 24576 x 1536, 17% behind queued with 128 x 128 ping-pong
-tiles, which in a CUDA graph ran 4% behind. Over the lab's sweeps of the space
-(lab/results/h200/library_space*.json, 21 problems, mid M among them with the model's 24 cheapest each) its
-first choice is within 4.8% of the fastest (1.1% on average); without the crossbar's bound (XBAR_GBS) it was
-15.6% behind at worst, choosing no cluster where the one sharing the weight ran 3 to 16% faster.
+goes to no bound at all). How far the model's first choice among a record's timed candidates is from the
+fastest, and how close its estimates come to the measured times, is `model_accuracy`; notes/heuristic_regret.md
+states it for the record the package's table comes from (results/h200/autotune.json; `tests/test_heuristic.py`
+holds the two together) and follows the misses. The aim is 3% on average and 10% at worst.
 """
 
 from __future__ import annotations
@@ -239,8 +223,8 @@ PDL_CROWDED_BELOW_M = 128
 # bounds and the tile counts constants) pays most where the kernel is short and its prologue and index
 # arithmetic weigh most. Autotune times every entry against itself with them compiled in, in a pair of CUDA
 # graphs (results/h200/autotune.json, "shape_jit"): where the model's estimate of the entry is under this,
-# compiling them in was faster at 35 of 39 shapes, by a median 1.5% (2.8% slower at worst); above it, by a
-# median 0.3% (46 of 63 faster, 12.5% slower at worst). The price: a tiling compiles once per weight shape it serves.
+# compiling them in was faster at 33 of 39 shapes, by a median 1.5% (9.9% slower at worst); above it, by a
+# median 0.3% (43 of 63 faster, 4.1% slower at worst). The price: a tiling compiles once per weight shape it serves.
 JIT_BELOW_US = 30.0
 
 

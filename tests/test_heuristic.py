@@ -294,13 +294,13 @@ def test_the_model_prices_every_recorded_candidate_and_ranks_the_pdl_winner_apar
 
 
 def test_the_accuracy_the_module_states_is_the_records():
-    """The module docstring's numbers (mean and worst regret per dtype, the middle 80% of estimate /
-    measured) are what `model_accuracy` gives on the record: a refit that changes them must say so there."""
-    text = " ".join(heuristic.__doc__.split())
+    """The numbers notes/heuristic_regret.md states for the current record (mean and worst regret, the
+    middle 80% of estimate / measured) are what `model_accuracy` gives on it: a new record must say so there."""
+    text = " ".join((Path(__file__).parents[1] / "notes" / "heuristic_regret.md").read_text().split())
     stated = re.search(r"on average ([\d.]+)% slower than the fastest \(at worst ([\d.]+)%; (\d+) of the (\d+) "
                        r"over 10%\); its estimates are within ([\d.]+) to ([\d.]+) times the measured time for 80%",
                        text)  # fmt: skip
-    assert stated, "the docstring no longer states the model's accuracy"
+    assert stated, "notes/heuristic_regret.md no longer states the model's accuracy"
     rows = results.load("autotune")["rows"]
     assert {r["dtype"] for r in rows} == {heuristic.TUNED_DTYPE}  # the table serves BF16 from FP16's entries
     regrets, ratios = heuristic.model_accuracy(rows, 132)
@@ -572,7 +572,8 @@ def test_autotune_without_a_gpu_prints_the_recorded_table(capsys, monkeypatch):
     monkeypatch.setattr(cli, "gpu_available", lambda: False)  # on a GPU machine too: no tuning run here
     assert cli.main(["autotune"]) == 0
     shown = capsys.readouterr().out
-    assert "recorded" in shown.lower() and "n256 c2 s1 st4" in shown
+    assert "recorded" in shown.lower()
+    assert all(row["name"] in shown for row in results.load("autotune")["rows"])  # every entry, by its name
 
 
 def test_close_candidates_are_timed_again_in_turn_and_ranked_by_their_median(monkeypatch):
