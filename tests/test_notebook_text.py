@@ -500,10 +500,10 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     said = f"the four cheapest are {min(model_us):.1f} to {max(model_us):.1f} µs in the model"
     assert f"{said} and {min(measured):.1f} to {max(measured):.1f} µs when measured" in text
     graphs = {c["name"]: c.get("graph_us") for c in row["candidates"]}
-    first, second = (c.name() for c in cheapest[:2])
-    assert fastest == second and row["name"] == f"{first} jit" and (  # "the table's entry"
-        f"the second is the fastest queued ({timed[fastest]:.1f} µs), the first, compiled for its shape, the fastest "
-        f"in a graph ({row['graph_us']:.1f} µs), the table's entry"
+    first = cheapest[0].name()
+    assert fastest == row["name"] == first and (  # "the table's entry"
+        f"the first is the fastest queued ({timed[fastest]:.1f} µs) and in a graph ({row['graph_us']:.1f} µs), the "
+        "table's entry"
     ) in text and row["graph_us"] == graphs[row["name"]] == min(g for g in graphs.values() if g)
     prices = [heuristic.price(4096, 2112, 7168, c.tiling(), 132) for c in cheapest]
     power_us = 2 * 4096 * 2112 * 7168 / (heuristic.POWER_TFLOPS * 1e6) + heuristic.LAUNCH_US
@@ -518,8 +518,7 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shown = [((m, n, k), c.name()) for m, n, k in ((1, 4096, 4096), (128, 4096, 4096), (4096, 2112, 7168))
              for c in heuristic.candidates(m, n, k, 132)[:4]]  # fmt: skip
     untimed = [(shape, name) for shape, name in shown if name not in measured_at(*shape)]
-    assert untimed == [((1, 4096, 4096), "m64 n128 c1 k2 s1 st8")]  # ranked higher since the record was made
-    assert "A dash marks one the record did not time." in text
+    assert not untimed and "did not time" not in text  # the record timed every one shown
     regrets, _ = heuristic.model_accuracy(results.load("autotune")["rows"], 132)
     mean, worst = 100 * (statistics.mean(regrets) - 1), 100 * (max(regrets) - 1)
     over = sum(r > 1.10 for r in regrets)
@@ -527,8 +526,8 @@ def test_notebook_07_heuristic_numbers_are_the_model_and_the_autotune_record():
     shapes = {(r["m"], r["n"], r["k"]) for r in results.load("shapes")["rows"]}
     assert "the model picks it at none of the 102 shapes" in text and len(shapes) == 102
     assert not any(heuristic.choose(m, n, k, 132).stream_k for m, n, k in shapes)
-    assert 2.5 < mean < 3 < 10 < worst
-    assert "That is just within the aim on average (3%) and well over it at worst (10%)" in text
+    assert mean < 3 < 10 < worst
+    assert "That is within the aim on average (3%) and well over it at worst (10%)" in text
     alone = tables.band_summary(results.load("shapes")["rows"])
     line = next(line for line in alone if (line["ratio"], line["band"]) == ("graph, heuristic", "all"))
     assert f"Alone, it reaches torch at {line['at_least_1']} of {line['rows']} rows in graphs" in text
@@ -557,6 +556,30 @@ def test_the_heuristic_picks_moved_since_the_shape_table_are_counted_where_they_
         assert "The heuristic alone: " in text and "The heuristic alone (the table switched off): " in readme
 
 
+def test_readme_library_numbers_are_the_shape_table():
+    """The README's paragraph on the library quotes the shape table it names: its commit, the rows at or above
+    torch in graphs per dtype with median and worst, per call, and the heuristic alone."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- library-numbers:start -->(.*)<!-- library-numbers:end -->", readme, re.S)
+    assert block, "README.md lost its library-numbers markers"
+    text = " ".join(block.group(1).split())
+    record = results.load("shapes")
+    assert f"(`shapes.json`, at `{record['provenance']['commit'][:7]}`;" in text
+    summary = {(line["ratio"], line["band"]): line for line in tables.band_summary(record["rows"])}
+    per_dtype = {d: tables.band_summary([r for r in record["rows"] if r["dtype"] == d]) for d in ("fp16", "bf16")}
+    fp16, bf16 = (next(line for line in per_dtype[d] if (line["ratio"], line["band"]) == ("graph, table", "all"))
+                  for d in ("fp16", "bf16"))  # fmt: skip
+    assert (
+        f"FP16 {fp16['at_least_1']} rows at or above torch, median {fp16['median']:.3f}, worst {fp16['worst']:.3f}; "
+        f"BF16 {bf16['at_least_1']}, median {bf16['median']:.3f}, worst {bf16['worst']:.3f}"
+    ) in text
+    call, alone = summary["per call, table", "all"], summary["graph, heuristic", "all"]
+    assert f"per call {call['at_least_1']} of {call['rows']}, median {call['median']:.3f}." in text
+    assert (
+        f"{alone['at_least_1']} of {alone['rows']} in graphs, median {alone['median']:.3f}, worst {alone['worst']:.3f}"
+    ) in text
+
+
 def test_notebook_07_shape_table_numbers_are_the_record():
     text = flat(markdown(notebook("07")))
     record = results.load("shapes")
@@ -574,10 +597,10 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     line = summary["graph, table", "all"]
     assert "are not met" in text and (line["at_least_1"] < 0.9 * line["rows"] or line["median"] < 1.03)
     mid = [summary["graph, table", band]["worst"] for band in ("33-500", "501-1500")]
-    worst_mid = [line["below"][0] for line in (summary["graph, table", b] for b in ("33-500", "501-1500"))]
-    assert "128x2112x7168 " in worst_mid[0] and "512x7168x2048 " in worst_mid[1]
-    assert f"the widest gap, {mid[0]:.2f}, at 128 x 2112 x 7168 (above)" in text
-    assert f"{mid[1]:.2f} at worst from 501 to 1500 (512 x 7168 x 2048)" in text
+    worst_mid = [line["below"][0].split()[1].replace("x", " x ")
+                 for line in (summary["graph, table", b] for b in ("33-500", "501-1500"))]  # fmt: skip
+    assert f"the widest gap, {mid[0]:.2f}, at {worst_mid[0]} (above)" in text
+    assert f"{mid[1]:.2f} at worst from 501 to 1500 ({worst_mid[1]})" in text
     medians = [f"{summary['graph, table', band]['median']:.3f}" for band in ("1-32", "33-500", "501-1500", ">1500")]
     said = "**The medians** in graphs: {} at M 1 to 32, {} at 33 to 500, {} at 501 to 1500, {} above".format(*medians)
     assert said in text
@@ -626,16 +649,20 @@ def test_notebook_07_shape_table_numbers_are_the_record():
         f"**BF16 alone** at 512 x 7168 x 2048 ({x('bf16', 512, 7168, 2048):.2f}; "
         f"{x('fp16', 512, 7168, 2048):.2f} in FP16, the same entry)"
     ) in text
-    assert f"**192 x 4096 x 4096** {both(192, 4096, 4096)} (" in text
-    picked = x("fp16", 64, 6144, 4096, "x_torch_graph_heuristic")
-    assert f"**64 x 6144 x 4096** {both(64, 6144, 4096)} (the heuristic's pick ran {picked:.2f}), whose entry" in text
     tuned = {(r["m"], r["n"], r["k"]): r for r in results.load("autotune")["rows"]}
-    first_run = (REPO / "results" / "h200" / "repeat_c4ad4b8.txt").read_text().split("## shape table")[0]
-    first = {tuple(map(int, line.split()[1:4])): " ".join(line.split()[4:-3])
-             for line in first_run.splitlines() if line.startswith("fp16 ")}  # fmt: skip
-    differ = [shape for shape, name in first.items() if tuned[shape]["name"] != name]
-    assert len(first) == 17 and (64, 6144, 4096) in differ
-    assert f"picked differently at {len(differ)} of the {len(first)} shapes it re-tuned" in text
+    at_192 = {d: next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == (d, 192, 4096, 4096))
+              for d in ("fp16", "bf16")}  # fmt: skip
+    entry = tuned[192, 4096, 4096]
+    assert at_192["fp16"]["config"] == at_192["bf16"]["config"] == entry["name"] and (
+        f"**192 x 4096 x 4096** {both(192, 4096, 4096)} (one entry: {at_192['fp16']['graph_us']:.1f} and "
+        f"{at_192['bf16']['graph_us']:.1f} µs beside torch's "
+        f"{span(*sorted(r['torch_graph_us'] for r in at_192.values()))}; {entry['graph_us']:.1f} µs in autotune's"
+    ) in text
+    assert entry["torch_graph_us"] / entry["graph_us"] > 1.1  # the same entry ahead of torch in autotune's run
+    same = {r["config"] for r in rows if (r["m"], r["n"], r["k"]) == (64, 4096, 7168)}
+    assert len(same) == 1 and (
+        f"and 64 x 4096 x 7168 ({x('bf16', 64, 4096, 7168):.2f}; {x('fp16', 64, 4096, 7168):.2f} in FP16)"
+    ) in text
     best = tuned[128, 2112, 7168]
     assert f"At 128 the fastest tiling autotune found ran {best['torch_graph_us'] / best['graph_us']:.2f}x" in text
     at_512 = next(r for r in rows if (r["dtype"], r["m"], r["n"], r["k"]) == ("fp16", 512, 2112, 7168))
@@ -760,8 +787,9 @@ def test_notebook_07_says_which_records_show_determinism():
     shown = stream_text(cell(nb, "07-determinism"))
     assert f"deepgemm.gemm soak: {len(soaked)} cases" in shown
     runs = shown.split("# compute-sanitizer on ")[1:]
-    assert len(runs) == 8 and all("commit 38b3e87" in run for run in runs[:6])  # the kernel with swapped stores
-    assert all("commit e1122df" in run and "CLUSTER_K=" in run for run in runs[6:])  # [12] splits in the cluster
+    tuned_at = results.load("autotune")["provenance"]["commit"]  # the library's records come from one commit
+    assert len(runs) == 8 and all(f"commit {tuned_at}" in run for run in runs)
+    assert all("CLUSTER_K=" in run for run in runs[6:]) and not any("CLUSTER_K=" in run for run in runs[:6])
     for tool in ("memcheck", "racecheck", "synccheck"):
         assert all(f"## {tool}\nexit 0\n" in run for run in runs)
     assert all(run.count("ERROR SUMMARY: 0 errors") == 2 and "0 hazards displayed (0 errors, 0 warnings)" in run
@@ -824,6 +852,8 @@ def test_notebook_07_pingpong_numbers_are_the_lab_record_and_the_table():
     tuned = results.load("autotune")["rows"]
     taken = [r for r in tuned if r["config"].get("PINGPONG")]
     assert f"The table takes it at {len(taken)} of its {len(tuned)} shapes" in text
+    split = [r for r in tuned if r["config"].get("CLUSTER_K", 1) > 1]  # [12], a split in the cluster
+    assert f"the table takes it at {len(split)} of its {len(tuned)} shapes." in text
     shapes = {(r["m"], r["n"], r["k"]) for r in results.load("shapes")["rows"]}
     assert f"the model alone at {sum(heuristic.choose(*shape, 132).pingpong for shape in shapes)}, pricing" in text
 
@@ -895,6 +925,8 @@ def test_notebook_07_the_heuristics_whole_pick_is_read_from_the_shape_table():
     worst = max(line["worst_pct"] for line in regret.values())
     assert (
         f"whole, beside the table's pick in graphs, {regret['fp16']['mean_pct']:.2f}% and "
-        f"{regret['bf16']['mean_pct']:.2f}% (FP16, BF16), {worst:.1f}% at worst."
+        f"{regret['bf16']['mean_pct']:.2f}% (FP16, BF16), {worst:.1f}% at worst ("
     ) in text
-    assert all(line["over_10pct"] == 0 for line in regret.values())  # the prose names no shape over 10%
+    over = {line["worst_row"].split()[1] for line in regret.values() if line["over_10pct"]}
+    assert all(line["over_10pct"] <= 1 for line in regret.values()) and len(over) == 1  # one shape, named
+    assert f"at worst ({over.pop().replace('x', ' x ')}, the only shape over 10%" in text
