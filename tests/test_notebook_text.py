@@ -651,10 +651,10 @@ def test_notebook_07_shape_table_numbers_are_the_record():
     ) in text
     tuned = {(r["m"], r["n"], r["k"]): r for r in results.load("autotune")["rows"]}
     entry = tuned[192, 4096, 4096]
-    ours, torch = ([x(d, 192, 4096, 4096, f) for d in ("fp16", "bf16")] for f in ("graph_us", "torch_graph_us"))
+    ours, theirs = ([x(d, 192, 4096, 4096, f) for d in ("fp16", "bf16")] for f in ("graph_us", "torch_graph_us"))
     assert {x(d, 192, 4096, 4096, "config") for d in ("fp16", "bf16")} == {entry["name"]} and (
         f"**192 x 4096 x 4096** {both(192, 4096, 4096)} (one entry: {ours[0]:.1f} and {ours[1]:.1f} µs beside "
-        f"torch's {span(min(torch), max(torch))}; {entry['graph_us']:.1f} µs in autotune's"
+        f"torch's {span(min(theirs), max(theirs))}; {entry['graph_us']:.1f} µs in autotune's"
     ) in text
     assert entry["torch_graph_us"] / entry["graph_us"] > 1.1  # the same entry ahead of torch in autotune's run
     same = {r["config"] for r in rows if (r["m"], r["n"], r["k"]) == (64, 4096, 7168)}
