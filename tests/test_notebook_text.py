@@ -580,6 +580,41 @@ def test_readme_library_numbers_are_the_shape_table():
     ) in text
 
 
+def passed_of(log: Path) -> tuple[str, int]:
+    """A GPU test log's commit (from its first line) and its count of passed tests (from its summary line)."""
+    text = log.read_text()
+    commit = re.search(r"commit ([0-9a-f]{7})", text.splitlines()[0])
+    summary = re.search(r"(\d+) passed", text)
+    assert commit and summary, f"{log.name} has no commit in its first line or no summary"
+    return commit.group(1), int(summary.group(1))
+
+
+def test_readme_torch_numbers_are_the_records():
+    """The README's paragraph on the torch operator quotes its GPU test logs, the host cost and the training
+    run it names, each with the commit it was recorded at."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- torch-numbers:start -->(.*)<!-- torch-numbers:end -->", readme, re.S)
+    assert block, "README.md lost its torch-numbers markers"
+    text = " ".join(block.group(1).split())
+    logs = (results.RESULTS_DIR / f"gpu_{t}.txt" for t in ("torch", "fast"))
+    (torch_at, torch_n), (fast_at, fast_n) = (passed_of(log) for log in logs)
+    assert f"passed its {torch_n} GPU tests (`gpu_torch.txt`, at `{torch_at}`)" in text
+    assert f"the C++ path its {fast_n} (`gpu_fast.txt`, at `{fast_at}`)" in text
+    host = results.load("op_host", LAB_RESULTS)
+    ours = next(r["host_us"] for r in host["rows"] if r["way"] == "deepgemm.gemm" and r["path"] == "C++")
+    torch_us = [r["host_us"] for r in host["rows"] if r["way"] == "torch.matmul"]
+    assert (
+        f"{ours:.1f} µs from C++, {min(torch_us):.1f} to {max(torch_us):.1f} for `torch.matmul` (`op_host.json`, "
+        f"at `{host['provenance']['commit'][:7]}`)"
+    ) in text
+    train = results.load("train")
+    ratios = [r["x_torch"] for r in train["rows"] if r["linear"] == "deepgemm"]
+    assert (
+        f"its step {min(ratios):.3f}x to {max(ratios):.3f}x of nn.Linear's (`train.json`, at "
+        f"`{train['provenance']['commit'][:7]}`)"
+    ) in text
+
+
 def test_notebook_07_shape_table_numbers_are_the_record():
     text = flat(markdown(notebook("07")))
     record = results.load("shapes")
