@@ -581,12 +581,13 @@ def test_readme_library_numbers_are_the_shape_table():
 
 
 def passed_of(log: Path) -> tuple[str, int]:
-    """A GPU test log's commit (from its first line) and its count of passed tests (from its summary line)."""
+    """A GPU test log's commit (from its first line) and its passed tests (summed over its summary lines: a
+    sharded log has one per pytest process)."""
     text = log.read_text()
     commit = re.search(r"commit ([0-9a-f]{7})", text.splitlines()[0])
-    summary = re.search(r"(\d+) passed", text)
-    assert commit and summary, f"{log.name} has no commit in its first line or no summary"
-    return commit.group(1), int(summary.group(1))
+    passed = [int(n) for n in re.findall(r"\b(\d+) passed\b", text)]
+    assert commit and passed, f"{log.name} has no commit in its first line or no summary"
+    return commit.group(1), sum(passed)
 
 
 def test_readme_torch_numbers_are_the_records():
@@ -788,10 +789,10 @@ def test_notebook_07_says_which_records_show_determinism():
     assert ".view(cupy.uint8) == first.view(cupy.uint8)" in helper
     assert f"`tests/test_gpu_library.py::{test}`" in text and test in source(cell(nb, "07-determinism-live"))
     assert "the records of this kernel are the evidence" in text
-    suite = (REPO / "results" / "h200" / "gpu_library.txt").read_text()  # quiet: only a failure is named
+    log = results.RESULTS_DIR / "gpu_library.txt"  # quiet: only a failure is named
+    suite = log.read_text()
     header = suite.splitlines()[0]
-    ran, total = re.search(r"commit ([0-9a-f]{7})", header).group(1), int(re.search(r"(\d+) tests", header).group(1))
-    passed = sum(int(n) for n in re.findall(r"\b(\d+) passed\b", suite))
+    (ran, passed), total = passed_of(log), int(re.search(r"(\d+) tests", header).group(1))
     failed = re.findall(r"^FAILED tests/test_gpu_library.py::(\w+)", suite, flags=re.M)
     assert "tests/test_gpu_library.py " in header and test not in failed and passed + len(failed) == total
     said = f"`results/h200/gpu_library.txt` holds it among the library's GPU tests, run at `{ran}`"
