@@ -5,7 +5,8 @@ GPU kernel time by kernel against its wall time; the host's time to issue a step
 no wait: the GPU is still behind when the host is done); and with --cprofile, where the deepgemm model's
 host time goes, by Python function.
 
-    python -m lab.train_gemms [--record]     --record writes lab/results/h200/train_gemms.json
+    python -m lab.train_gemms [--width 1024] [--record]     --record writes lab/results/<gpu>/train_gemms.json
+                                                           (train_gemms_<width>.json at another width)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -138,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.train_gemms", description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--cprofile", action="store_true", help="the deepgemm step's host time by function")
+    parser.add_argument("--width", type=int, default=train.Setup.width, help="the model's width (tutorial.train)")
     args = parser.parse_args(argv)
-    setup = train.Setup()
+    setup = replace(train.Setup(), width=args.width)
     rows = gemm_rows(setup)
     print(f"{'layer':6} {'role':6} {'m x n x k':>18} {'config':34} {'us':>7} {'torch':>7} {'x torch':>7}")
     for r in rows:
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cprofile:
         print_cprofile(setup, "deepgemm")
     if args.record:
-        record(RECORD, "lab.train_gemms", argv, rows, extra={"steps": steps})
+        name = RECORD if args.width == train.Setup.width else f"{RECORD}_{args.width}"
+        record(name, "lab.train_gemms", argv, rows, extra={"steps": steps, "width": args.width})
     return 0
 
 

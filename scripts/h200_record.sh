@@ -263,7 +263,7 @@ elif [ "$part" = forced ]; then  # correctness only, so the runs share the GPU; 
   tested_file $rec/gpu_torch.txt 500 tests/test_gpu_torch.py > /dev/null &
   wait
   for f in $rec/forced_cc_*.txt; do echo "== $f"; grep -E '^## |passed|failed|error' "$f" | tail -12; done
-  tail -3 $rec/gpu_sm80.txt $rec/gpu_torch.txt
+  tail -n 3 $rec/gpu_sm80.txt $rec/gpu_torch.txt
 elif [ "$part" = train-gemms ]; then
   timeout 200 python3 -m lab.train_gemms --record 2>&1 | tail -50
 elif [ "$part" = stability ]; then
