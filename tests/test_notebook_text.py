@@ -617,6 +617,23 @@ def test_readme_torch_numbers_are_the_records(gpu: str):
     assert ("short of the aim" in text) == (min(ratios) < 1.0)
 
 
+def test_readme_forced_capability_runs_are_the_records():
+    """What the README says ran as other GPUs: each forced capability's bench, GPU tests and nbval exited 0 in
+    its log, and the sm_80 kernel's GPU tests passed in the number it gives."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    section = readme[readme.index("## Which GPUs run what") :]
+    folder = re.search(r"passed on the [^(]+\(`results/([^/]+)/forced_cc_\*\.txt`\)", section)
+    assert folder, "the README no longer names the forced-capability logs"
+    records = results.RESULTS_DIR.parent / folder.group(1)
+    for cc in re.search(r"at ([\d.]+), ([\d.]+) and ([\d.]+),", section).groups():
+        log = (records / f"forced_cc_{cc}.txt").read_text()
+        assert f"compute capability {cc} (DEEPGEMM_CC" in log
+        for part in ("bench", "tests", "nbval"):
+            assert f"## {part}: exit 0" in log, f"forced_cc_{cc}.txt: {part} did not pass"
+    _, passed = passed_of(records / "gpu_sm80.txt")
+    assert f"the sm_80 kernel its {passed} GPU tests (`gpu_sm80.txt`)" in section
+
+
 def test_notebook_07_shape_table_numbers_are_the_record():
     text = flat(markdown(notebook("07")))
     record = results.load("shapes")
