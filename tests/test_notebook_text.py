@@ -281,6 +281,16 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def readme(block: str | None = None) -> str:
+    """The README, or its `<!-- block:start -->` to `<!-- block:end -->` paragraph, flattened."""
+    text = (REPO / "README.md").read_text()
+    if block is None:
+        return flat(text)
+    found = re.search(rf"<!-- {block}:start -->(.*)<!-- {block}:end -->", text, re.S)
+    assert found, f"README.md lost its {block} markers"
+    return flat(found.group(1))
+
+
 NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
@@ -547,22 +557,19 @@ def test_the_heuristic_picks_moved_since_the_shape_table_are_counted_where_they_
     rows = [r for r in results.load("shapes")["rows"] if r["dtype"] == "fp16"]
     picks = [heuristic.config_name(heuristic.choose(r["m"], r["n"], r["k"], 132).config()) for r in rows]
     moved = sum(pick != r["heuristic_config"] for pick, r in zip(picks, rows, strict=True))
-    readme = " ".join((REPO / "README.md").read_text().split())
+    said = readme()
     text = flat(markdown(notebook("07")))
     if moved:
-        assert f"{moved} of the {len(rows)} picks moved since" in readme and f"{moved} of the {len(rows)} picks" in text
+        assert f"{moved} of the {len(rows)} picks moved since" in said and f"{moved} of the {len(rows)} picks" in text
     else:
-        assert "picks moved since" not in readme and "picks moved since" not in text
-        assert "The heuristic alone: " in text and "The heuristic alone (the table switched off): " in readme
+        assert "picks moved since" not in said and "picks moved since" not in text
+        assert "The heuristic alone: " in text and "The heuristic alone (the table switched off): " in said
 
 
 def test_readme_library_numbers_are_the_shape_table():
     """The README's paragraph on the library quotes the shape table it names: its commit, the rows at or above
     torch in graphs per dtype with median and worst, per call, and the heuristic alone."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- library-numbers:start -->(.*)<!-- library-numbers:end -->", readme, re.S)
-    assert block, "README.md lost its library-numbers markers"
-    text = " ".join(block.group(1).split())
+    text = readme("library-numbers")
     record = results.load("shapes")
     assert f"(`shapes.json`, at `{record['provenance']['commit'][:7]}`;" in text
     summary = {(line["ratio"], line["band"]): line for line in tables.band_summary(record["rows"])}
@@ -594,11 +601,7 @@ def passed_of(log: Path) -> tuple[str, int]:
 def test_readme_torch_numbers_are_the_records(gpu: str):
     """The README's paragraph on the torch operator quotes, per GPU, its GPU test logs, the host cost and the
     training run, each with the commit it was recorded at."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- torch-numbers:start -->(.*)<!-- torch-numbers:end -->", readme, re.S)
-    assert block, "README.md lost its torch-numbers markers"
-    said = " ".join(block.group(1).split()).split("(`results/")
-    text = next(part for part in said if part.startswith(f"{gpu}/`)"))
+    text = next(part for part in readme("torch-numbers").split("(`results/") if part.startswith(f"{gpu}/`)"))
     records, lab_records = results.RESULTS_DIR.parent / gpu, LAB_RESULTS.parent / gpu
     logs = (records / f"gpu_{t}.txt" for t in ("torch", "fast"))
     (torch_at, torch_n), (fast_at, fast_n) = (passed_of(log) for log in logs)
@@ -620,8 +623,8 @@ def test_readme_torch_numbers_are_the_records(gpu: str):
 def test_readme_forced_capability_runs_are_the_records():
     """What the README says ran as other GPUs: each forced capability's bench, GPU tests and nbval exited 0 in
     its log, and the sm_80 kernel's GPU tests passed in the number it gives."""
-    readme = " ".join((REPO / "README.md").read_text().split())
-    section = readme[readme.index("## Which GPUs run what") :]
+    said = readme()
+    section = said[said.index("## Which GPUs run what") :]
     folder = re.search(r"passed on the [^(]+\(`results/([^/]+)/forced_cc_\*\.txt`\)", section)
     assert folder, "the README no longer names the forced-capability logs"
     records = results.RESULTS_DIR.parent / folder.group(1)
